@@ -1,0 +1,3 @@
+from nvdaemon.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,279 @@
+"""The agent: the root nursery, what every task shares, start, reload and shutdown.
+
+Start: load engine state from stateDir, start the HTTP server (ready when bound), then each tier loop (ready after
+its first tick); ``/readyz`` turns 200 when all of them have started. SIGHUP reloads the config: an invalid one is
+logged and the running one kept, and only tasks whose config changed are restarted. SIGTERM/SIGINT: the tier loops
+are cancelled, engine state is flushed under a shielded deadline, hypercorn is stopped through its shutdown
+trigger, and the process exits 0 within ``shutdownGraceSeconds``. A second signal cuts the grace period short.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import signal
+import time
+from collections.abc import Hashable
+from pathlib import Path
+
+import msgspec
+import trio
+
+from nvdaemon import engine
+from nvdaemon.bus import EventBus
+from nvdaemon.collectors import collectors_for_tier
+from nvdaemon.collectors.base import HostRoots
+from nvdaemon.config import ConfigError, LoadedConfig, load_config
+from nvdaemon.model import Event, new_event_id
+from nvdaemon.statefile import atomic_write, quarantine
+from nvdaemon.supervise import Supervisor
+from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
+
+log = logging.getLogger(__name__)
+events_log = logging.getLogger("nvdaemon.events")
+
+ENGINE_FILE = "engine.json"
+EventKey = tuple[str, str, str, str]  # tier, condition, severity, phase
+
+
+class Agent:
+    """Everything the tasks share. Only touched from the trio thread, so no locks beyond the persist lock."""
+
+    def __init__(self, loaded: LoadedConfig, config_path: str | None = None, host_root: Path | None = None) -> None:
+        self.loaded = loaded
+        self.config_path = config_path
+        self.host_root = host_root
+        self.bus = EventBus()
+        self.engine = engine.EngineState()
+        self.rules = engine.compile_rules(loaded.config.rules)
+        self.snapshots: dict[str, TierSnapshot] = {}
+        self.snapshot_version = 0
+        self.heartbeats: dict[str, float] = {}  # trio clock of each tier's last completed tick
+        self.event_counts: collections.Counter[EventKey] = collections.Counter()
+        self.started_at = time.time()
+        self.started_clock = 0.0
+        self.ready = False
+        self.stopping = trio.Event()
+        self.http_shutdown = trio.Event()
+        self.bound: list[str] = []
+        self.supervisor: Supervisor | None = None
+        self.reloads = 0
+        self.reload_failures = 0
+        self.root_scope = trio.CancelScope()
+        self._persist_lock = trio.Lock()
+        self._engine_dirty = False
+
+    # ---- config-derived views -------------------------------------------------------------------------------
+    @property
+    def node(self) -> str:
+        return self.loaded.node
+
+    @property
+    def roots(self) -> HostRoots:
+        c = self.loaded.config
+        return HostRoots(proc=Path(c.proc_root), sys=Path(c.sys_root), dev=Path(c.dev_root), rootfs=Path(c.rootfs))
+
+    def active_tiers(self) -> list[str]:
+        """Configured tiers that have collectors in this build."""
+        return [t for t in self.loaded.tiers if collectors_for_tier(t)]
+
+    def interval(self, tier: str) -> float:
+        c = self.loaded.config
+        return c.smart.interval_seconds if tier == "smart" else c.interval_seconds
+
+    def tier_fingerprint(self, tier: str) -> Hashable:
+        c = self.loaded.config
+        return (tier, self.interval(tier), self.roots, c.collector_timeout_seconds)
+
+    def server_fingerprint(self) -> Hashable:
+        c = self.loaded.config
+        s = c.server
+        return (c.sinks.metrics.listen_addr, s.max_request_bytes, s.header_timeout_seconds, s.api_token_file)
+
+    # ---- engine ---------------------------------------------------------------------------------------------
+    @property
+    def engine_path(self) -> Path:
+        return self.loaded.state_dir / ENGINE_FILE
+
+    def load_engine(self) -> None:
+        """Restore sequence numbers and active conditions; a damaged file is moved aside, never a crash loop."""
+        path = self.engine_path
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        try:
+            self.engine = engine.load_state(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            quarantine(path, str(exc))
+            return
+        log.info("restored %d active condition(s), event seq %d", len(self.engine.active), self.engine.seq)
+
+    async def persist_engine(self) -> None:
+        if not self._engine_dirty:
+            return
+        async with self._persist_lock:
+            self._engine_dirty = False
+            data = engine.dump_state(self.engine)
+            await trio.to_thread.run_sync(atomic_write, self.engine_path, data)
+
+    def emit(self, events: list[Event]) -> None:
+        for ev in events:
+            self._engine_dirty = True
+            self.event_counts[(ev.tier, ev.condition, ev.severity, ev.phase.value)] += 1
+            detail = ev.detail
+            events_log.info(
+                "event %s %s severity=%s device=%s value=%s threshold=%s seq=%d id=%s",
+                ev.phase.value,
+                ev.condition,
+                ev.severity,
+                ev.device,
+                detail.get("value"),
+                detail.get("threshold"),
+                ev.seq,
+                ev.id,
+                extra={"event": msgspec.to_builtins(ev)},
+            )
+            self.bus.publish(ev)
+
+    def on_snapshot(self, snap: TierSnapshot) -> None:
+        self.snapshots[snap.tier] = snap
+        self.snapshot_version += 1
+        self.emit(
+            engine.evaluate(
+                self.engine,
+                self.rules,
+                snap.samples,
+                tier=snap.tier,
+                node=self.node,
+                now=snap.collected_at,
+                new_id=new_event_id,
+            )
+        )
+
+    # ---- health ---------------------------------------------------------------------------------------------
+    def health_problems(self) -> list[str]:
+        """Why /healthz fails: a tier loop that has not ticked in 3 intervals, or a critical task stuck failing."""
+        now = trio.current_time()
+        problems = []
+        for tier in self.active_tiers():
+            last = self.heartbeats.get(tier, self.started_clock)
+            if now - last > 3 * self.interval(tier):
+                problems.append(f"tier {tier}: no completed tick for {now - last:.0f}s")
+        if self.supervisor is not None:
+            problems += [f"task {name}: failing repeatedly" for name in self.supervisor.stuck()]
+        return problems
+
+    # ---- lifecycle ------------------------------------------------------------------------------------------
+    async def start_tasks(self) -> None:
+        from nvdaemon.server.app import serve_http  # the server imports Agent's module for typing only
+
+        sup = self.supervisor
+        assert sup is not None
+        await sup.start("http", serve_http, self, critical=True, fingerprint=self.server_fingerprint())
+        for tier in self.loaded.tiers:
+            if tier not in self.active_tiers():
+                log.warning("tier %s is configured but has no collectors in this version; skipped", tier)
+        for tier in self.active_tiers():
+            await sup.start(
+                f"tier:{tier}", serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier)
+            )
+
+    async def reload(self) -> None:
+        """Re-read the config; keep the running one if the new one is invalid; restart only what changed."""
+        try:
+            new = await trio.to_thread.run_sync(lambda: load_config(self.config_path, host_root=self.host_root))
+        except ConfigError as exc:
+            self.reload_failures += 1
+            log.error("reload rejected, keeping the running config:\n%s", exc)
+            return
+        sup = self.supervisor
+        assert sup is not None
+        self.reloads += 1
+        self.loaded = new
+        self.rules = engine.compile_rules(new.config.rules)
+        self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
+        await self.persist_engine()
+        wanted = {f"tier:{t}": t for t in self.active_tiers()}
+        for name in [n for n in sup.tasks if n.startswith("tier:") and n not in wanted]:
+            await sup.stop(name)
+            self.snapshots.pop(name.removeprefix("tier:"), None)
+            self.heartbeats.pop(name.removeprefix("tier:"), None)
+        for name, tier in wanted.items():
+            running = sup.tasks.get(name)
+            if running is None or running.fingerprint != self.tier_fingerprint(tier):
+                await sup.start(name, serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier))
+        http = sup.tasks.get("http")
+        if http is not None and http.fingerprint != self.server_fingerprint():
+            from nvdaemon.server.app import serve_http
+
+            self.http_shutdown.set()
+            await http.done.wait()
+            self.http_shutdown = trio.Event()
+            await sup.start("http", serve_http, self, critical=True, fingerprint=self.server_fingerprint())
+        log.info("config reloaded from %s", new.source)
+
+    async def watch_signals(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            task_status.started()
+            async for signum in signals:
+                if signum == signal.SIGHUP and not self.stopping.is_set():
+                    log.info("SIGHUP: reloading config")
+                    await self.reload()
+                elif signum != signal.SIGHUP:
+                    if self.stopping.is_set():
+                        log.warning("second %s: stopping now", signal.Signals(signum).name)
+                        self.root_scope.cancel()
+                        return
+                    log.info("%s: shutting down", signal.Signals(signum).name)
+                    self.stopping.set()
+
+    async def run(self) -> None:
+        grace = self.loaded.config.shutdown_grace_seconds
+        self.started_clock = trio.current_time()
+        self.load_engine()
+        self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
+        async with trio.open_nursery() as root:
+            self.root_scope = root.cancel_scope
+            self.supervisor = sup = Supervisor(root)
+            await root.start(self.watch_signals)
+            await self.start_tasks()
+            self.ready = True
+            log.info("ready: node=%s tiers=%s listening on %s", self.node, ",".join(self.active_tiers()), self.bound)
+            await self.stopping.wait()
+            root.cancel_scope.deadline = trio.current_time() + grace
+            sup.stopping = True
+            for name in [n for n in sup.tasks if n != "http"]:
+                await sup.stop(name)
+            with trio.CancelScope(shield=True), trio.move_on_after(max(grace / 2, 0.5)):
+                self._engine_dirty = True
+                await self.persist_engine()
+            self.http_shutdown.set()
+            http = sup.tasks.get("http")
+            if http is not None:
+                await http.done.wait()
+            root.cancel_scope.cancel()
+        log.info("stopped")
+
+
+async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Collect ``tier`` every interval at a fixed rate (missed ticks are skipped, not bunched up)."""
+    config = agent.loaded.config
+    limiter = trio.CapacityLimiter(4)
+    runners = [CollectorRunner(c, limiter) for c in collectors_for_tier(tier)]
+    interval = agent.interval(tier)
+    roots = agent.roots
+    next_tick = trio.current_time()
+    first = True
+    while True:
+        snap = await collect_tier(tier, runners, roots, config.collector_timeout_seconds)
+        agent.on_snapshot(snap)
+        await agent.persist_engine()
+        agent.heartbeats[tier] = trio.current_time()
+        if first:
+            first = False
+            task_status.started()
+        next_tick += interval
+        now = trio.current_time()
+        next_tick = max(next_tick, now)
+        await trio.sleep_until(next_tick)

@@ -1,0 +1,95 @@
+"""Command line: ``nvdaemon run``, ``nvdaemon check-config FILE``, ``nvdaemon state [URL]``.
+
+Exit codes: 0 success, 1 runtime failure, 2 bad usage or an invalid config (every error listed on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from nvdaemon import __version__
+from nvdaemon.config import ConfigError, LoadedConfig, load_config
+
+EXIT_CONFIG = 2
+DEFAULT_URL = "http://127.0.0.1:9847"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nvdaemon", description="Node hardware telemetry and events agent.")
+    p.add_argument("--version", action="version", version=f"nvdaemon {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the agent in the foreground")
+    run.add_argument("--config", help="YAML config file (default: the embedded default, core tier on this host)")
+    run.add_argument("--host-root", type=Path, help="read proc/, sys/, dev/ under DIR (a fixture host)")
+    run.add_argument("--log-format", choices=["text", "json"], default="text")
+    run.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    check = sub.add_parser("check-config", help="validate a config file and exit (0 valid, 2 invalid)")
+    check.add_argument("file")
+    check.add_argument("--host-root", type=Path)
+    state = sub.add_parser("state", help="print a running agent's /v1/state")
+    state.add_argument("url", nargs="?", default=DEFAULT_URL)
+    state.add_argument("--token-file", help="file holding the API bearer token")
+    return p
+
+
+def _load(path: str | None, host_root: Path | None) -> LoadedConfig | None:
+    try:
+        return load_config(path, host_root=host_root)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return None
+
+
+def _run(args: argparse.Namespace) -> int:
+    from nvdaemon import logs
+
+    logs.setup(args.log_format, args.log_level)
+    loaded = _load(args.config, args.host_root)
+    if loaded is None:
+        return EXIT_CONFIG
+    import trio
+
+    from nvdaemon.app import Agent
+
+    agent = Agent(loaded, config_path=args.config, host_root=args.host_root)
+    try:
+        trio.run(agent.run)
+    except OSError as exc:
+        logging.getLogger("nvdaemon").error("cannot run: %s", exc)
+        return 1
+    return 0
+
+
+def _state(args: argparse.Namespace) -> int:
+    req = urllib.request.Request(args.url.rstrip("/") + "/v1/state")
+    if args.token_file:
+        req.add_header("Authorization", "Bearer " + Path(args.token_file).read_text().strip())
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            doc = json.load(resp)
+    except (urllib.error.URLError, OSError) as exc:
+        print(f"nvdaemon state: {args.url}: {exc}", file=sys.stderr)
+        return 1
+    json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+    print()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "check-config":
+        loaded = _load(args.file, args.host_root)
+        if loaded is None:
+            return EXIT_CONFIG
+        c = loaded.config
+        print(f"{args.file}: ok (node {loaded.node}, tiers {','.join(loaded.tiers)}, {len(c.rules)} rule(s))")
+        return 0
+    return _state(args)

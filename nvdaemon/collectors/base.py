@@ -1,0 +1,79 @@
+"""What every collector is: a read+parse step that runs in a worker thread, and an interpret step on the loop.
+
+A collector module holds three layers, kept apart so the middle one can be tested with tables and hypothesis:
+
+- *read*: open files under the host roots and return their text (I/O; raises ``NotPresent`` when the source does
+  not exist on this node, ``OSError`` when it exists but cannot be read);
+- *parse*: plain functions of that text (no I/O), raising only ``ParseError``;
+- *interpret*: turn parsed data into ``Sample`` objects; may keep state between ticks (counter deltas).
+
+``gather`` (read+parse) runs in a worker thread under a timeout because /sys reads can hang on sick hardware;
+``interpret`` runs on the event loop and must be cheap.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from nvdaemon.model import Sample
+
+
+@dataclass(frozen=True)
+class HostRoots:
+    """Where the host's pseudo file systems are mounted (``/host/proc`` in a pod, a fixture tree in tests)."""
+
+    proc: Path = Path("/proc")
+    sys: Path = Path("/sys")
+    dev: Path = Path("/dev")
+    rootfs: Path = Path("/")
+
+    @classmethod
+    def under(cls, root: Path) -> HostRoots:
+        return cls(proc=root / "proc", sys=root / "sys", dev=root / "dev", rootfs=root)
+
+
+class NotPresent(Exception):  # noqa: N818 - a state, not a failure: "this node has no such source"
+    """The source this collector reads does not exist on this node (no RAPL, no PSI, no AER)."""
+
+
+class ParseError(ValueError):
+    """A file had content the parser could not understand; the message names the file and what was wrong."""
+
+
+@dataclass
+class Gathered:
+    """What ``gather`` hands to ``interpret``: parsed data plus the partial failures met on the way.
+
+    A collector that reads many files (one per hwmon chip, one per PCI device) keeps what it could read and lists
+    the rest in ``errors``: one broken sensor must not hide the others.
+    """
+
+    data: Any
+    errors: list[str] = field(default_factory=list)
+
+
+class Collector(abc.ABC):
+    """One source of samples. Instances may keep state between ticks; one tick at a time per instance."""
+
+    name: ClassVar[str]
+    tier: ClassVar[str] = "core"
+
+    @abc.abstractmethod
+    def gather(self, roots: HostRoots) -> Gathered:
+        """Read and parse (runs in a worker thread). Raise ``NotPresent`` if the source is absent on this node."""
+
+    @abc.abstractmethod
+    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+        """Turn parsed data into samples stamped ``now`` (runs on the event loop; no I/O)."""
+
+
+def read_text(path: Path) -> str:
+    """Read a small pseudo file. Missing file -> ``NotPresent``; other errors propagate as ``OSError``."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError as exc:
+        raise NotPresent(str(path)) from exc

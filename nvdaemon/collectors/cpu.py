@@ -1,0 +1,120 @@
+"""CPU utilisation and scheduler counters from ``<proc>/stat``.
+
+``cpu``/``cpuN`` lines hold cumulative time per state in USER_HZ ticks (user nice system idle iowait irq softirq
+steal guest guest_nice). Percentages come from the delta between two ticks, so the collector keeps the previous
+line per CPU; ``guest``/``guest_nice`` are already included in ``user``/``nice`` and are left out of the total.
+``ctxt``, ``intr`` (first number: all interrupts) and ``processes`` (forks since boot) are plain counters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_text
+from nvdaemon.model import Kind, Sample
+
+_CPU_NAME = re.compile(r"cpu[0-9]*", re.ASCII)
+_UINT = re.compile(r"[0-9]{1,25}", re.ASCII)  # bounded: int() refuses very long digit strings
+_STATES = 8  # user nice system idle iowait irq softirq steal; older kernels print fewer, padded with zeros
+IDLE, IOWAIT, STEAL = 3, 4, 7
+_COUNTERS = {"ctxt": "cpu_context_switches_total", "intr": "cpu_interrupts_total", "processes": "procs_forked_total"}
+
+
+@dataclass
+class CpuStat:
+    times: dict[str, tuple[int, ...]] = field(default_factory=dict)  # "cpu" (aggregate), "cpu0", ...
+    counters: dict[str, int] = field(default_factory=dict)  # keys of _COUNTERS
+    cpu_count: int = 0  # cpuN lines seen: the online CPUs
+    errors: list[str] = field(default_factory=list)
+
+
+def read_stat(roots: HostRoots) -> str:
+    return read_text(roots.proc / "stat")
+
+
+def _uints(tokens: list[str], what: str) -> list[int]:
+    for t in tokens:
+        if not _UINT.fullmatch(t):
+            raise ParseError(f"/proc/stat: {what}: bad number {t[:40]!r}")
+    return [int(t) for t in tokens]
+
+
+def _cpu_times(key: str, tokens: list[str]) -> tuple[int, ...]:
+    values = _uints(tokens, key)
+    if len(values) < 4:
+        raise ParseError(f"/proc/stat: {key}: expected at least 4 fields, got {len(values)}")
+    return tuple((values + [0] * _STATES)[:_STATES])
+
+
+def _counter(key: str, tokens: list[str]) -> int:
+    if not tokens:
+        raise ParseError(f"/proc/stat: {key}: no value")
+    return _uints(tokens[:1], key)[0]
+
+
+def parse_stat(text: str) -> CpuStat:
+    """Parse /proc/stat. A malformed line is listed in ``errors``; no usable aggregate ``cpu`` line raises."""
+    stat = CpuStat()
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        key = fields[0]
+        try:
+            if _CPU_NAME.fullmatch(key):
+                if key != "cpu":
+                    stat.cpu_count += 1
+                stat.times[key] = _cpu_times(key, fields[1:])
+            elif key in _COUNTERS:
+                stat.counters[key] = _counter(key, fields[1:])
+        except ParseError as exc:
+            stat.errors.append(str(exc))
+    if "cpu" not in stat.times:
+        raise ParseError("/proc/stat: no aggregate cpu line" + (f" ({stat.errors[0]})" if stat.errors else ""))
+    return stat
+
+
+class CpuCollector(Collector):
+    name = "cpu"
+    tier = "core"
+
+    def __init__(self) -> None:
+        # Previous tick's times per CPU: the baseline for percentages. Only ``interpret`` touches it.
+        self._prev: dict[str, tuple[int, ...]] = {}
+
+    def gather(self, roots: HostRoots) -> Gathered:
+        stat = parse_stat(read_stat(roots))
+        return Gathered(stat, errors=list(stat.errors))
+
+    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+        stat: CpuStat = gathered.data
+        out: list[Sample] = []
+
+        def add(metric: str, device: str, value: float, kind: Kind = Kind.GAUGE) -> None:
+            out.append(Sample(metric=metric, device=device, value=value, kind=kind, tier="core", timestamp=now))
+
+        for cpu, times in stat.times.items():
+            prev = self._prev.get(cpu)
+            # Always re-baseline: after a backwards step (hotplug, counter reset) the next tick is valid again.
+            self._prev[cpu] = times
+            if prev is None:
+                continue
+            deltas = [cur - old for cur, old in zip(times, prev, strict=True)]
+            if any(d < 0 for d in deltas):
+                continue
+            total = sum(deltas)
+            if total == 0:
+                continue
+            idle = deltas[IDLE] + deltas[IOWAIT]
+            add("cpu_util_pct", cpu, 100.0 * (total - idle) / total)
+            add("cpu_iowait_pct", cpu, 100.0 * deltas[IOWAIT] / total)
+            add("cpu_steal_pct", cpu, 100.0 * deltas[STEAL] / total)
+        # Forget CPUs that went offline so a returning CPU starts from a fresh baseline.
+        for gone in set(self._prev) - set(stat.times):
+            del self._prev[gone]
+        for key, metric in _COUNTERS.items():
+            if key in stat.counters:
+                add(metric, "cpu", float(stat.counters[key]), Kind.COUNTER)
+        add("cpu_count", "cpu", float(stat.cpu_count))
+        return out

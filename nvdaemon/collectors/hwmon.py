@@ -1,0 +1,142 @@
+"""Hardware sensors from ``<sys>/class/hwmon/hwmon*/``.
+
+Each ``hwmonN`` (in real sysfs a symlink into /sys/devices/...) names its chip in ``name`` and holds one file per
+sensor attribute: ``temp1_input`` (millidegrees Celsius), ``temp1_crit`` (m°C), ``fan1_input`` (RPM),
+``in0_input`` (millivolts), ``power1_input``/``power1_average`` (microwatts), ``curr1_input`` (milliamps) and
+an optional ``<sensor>_label``. Sick I2C/SMBus hardware makes single files fail with EIO, ENODATA or EAGAIN, so
+every file is read on its own and a failure costs only that sensor.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.model import Kind, Sample, make_labels
+
+Reader = Callable[[Path], str]
+
+_ATTR = re.compile(r"(temp|fan|in|power|curr)([0-9]+)_(input|crit|average|label)", re.ASCII)
+_VALUE = re.compile(r"-?[0-9]{1,20}", re.ASCII)  # bounded: int() refuses very long digit strings
+_CHIP = re.compile(r"hwmon([0-9]+)", re.ASCII)
+
+# (sensor type, attribute) -> (metric, divisor to the unit in the metric name). Dividing keeps 45000 m°C at
+# exactly 45.0, where multiplying by 0.001 would not.
+_METRICS: dict[tuple[str, str], tuple[str, int]] = {
+    ("temp", "input"): ("temp_celsius", 1000),
+    ("temp", "crit"): ("temp_crit_celsius", 1000),
+    ("fan", "input"): ("fan_rpm", 1),
+    ("in", "input"): ("voltage_volts", 1000),
+    ("power", "input"): ("power_watts", 1_000_000),
+    ("power", "average"): ("power_watts", 1_000_000),  # used only when there is no power<N>_input
+    ("curr", "input"): ("current_amps", 1000),
+}
+
+
+@dataclass(frozen=True)
+class Reading:
+    chip: str  # the hwmonN directory name
+    chip_name: str  # contents of its ``name`` file
+    sensor: str  # the sensor's label, or e.g. "temp1"
+    metric: str
+    raw: int  # as the kernel reports it (milli/micro units)
+
+
+def parse_sensor_value(text: str) -> int:
+    """One hwmon attribute: a signed decimal integer and a newline."""
+    value = text.strip()
+    if not _VALUE.fullmatch(value):
+        raise ParseError(f"not an integer: {value[:40]!r}")
+    return int(value)
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def read_chip(chip: Path, read: Reader, problems: list[tuple[str, Exception]]) -> list[Reading]:
+    """All readable sensors of one chip directory; each failure is appended to ``problems`` as (path, error)."""
+    try:
+        name = read(chip / "name").strip() or chip.name
+    except (OSError, NotPresent) as exc:
+        problems.append((str(chip / "name"), exc))
+        name = chip.name
+    sensors: dict[tuple[str, str], set[str]] = {}
+    for entry in sorted(p.name for p in chip.iterdir()):
+        m = _ATTR.fullmatch(entry)
+        if m:
+            sensors.setdefault((m.group(1), m.group(2)), set()).add(m.group(3))
+    readings: list[Reading] = []
+    for (kind, num), attrs in sorted(sensors.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))):
+        sensor = f"{kind}{num}"
+        label = sensor
+        if "label" in attrs:
+            try:
+                label = read(chip / f"{sensor}_label").strip() or sensor
+            except (OSError, NotPresent) as exc:
+                problems.append((str(chip / f"{sensor}_label"), exc))
+        wanted = [a for a in ("input", "crit", "average") if a in attrs and (kind, a) in _METRICS]
+        if kind == "power" and "input" in wanted and "average" in wanted:
+            wanted.remove("average")
+        for attr in wanted:
+            path = chip / f"{sensor}_{attr}"
+            try:
+                raw = parse_sensor_value(read(path))
+            except (OSError, NotPresent, ParseError) as exc:
+                problems.append((str(path), exc))
+                continue
+            readings.append(Reading(chip.name, name, label, _METRICS[kind, attr][0], raw))
+    return readings
+
+
+def _chip_order(path: Path) -> tuple[int, str]:
+    m = _CHIP.fullmatch(path.name)
+    return (int(m.group(1)) if m else -1, path.name)
+
+
+class HwmonCollector(Collector):
+    name = "hwmon"
+    tier = "core"
+
+    def __init__(self, read: Reader = read_text) -> None:
+        self._read = read  # injectable so tests can simulate EIO, which root can not get from a mode-000 file
+
+    def gather(self, roots: HostRoots) -> Gathered:
+        base = roots.sys / "class" / "hwmon"
+        try:
+            chips = sorted((p for p in base.iterdir() if _CHIP.fullmatch(p.name)), key=_chip_order)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise NotPresent(str(base)) from exc
+        if not chips:
+            raise NotPresent(f"{base}: no hwmon chips")
+        problems: list[tuple[str, Exception]] = []
+        readings: list[Reading] = []
+        for chip in chips:
+            try:
+                readings.extend(read_chip(chip, self._read, problems))
+            except OSError as exc:  # the directory itself vanished or can not be listed
+                problems.append((str(chip), exc))
+        if problems and not readings:
+            raise problems[0][1]
+        return Gathered(readings, errors=[f"{path}: {_describe(exc)}" for path, exc in problems])
+
+    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+        readings: list[Reading] = gathered.data
+        divisor = dict(_METRICS.values())
+        return [
+            Sample(
+                metric=r.metric,
+                device=r.chip_name,
+                value=r.raw / divisor[r.metric],
+                kind=Kind.GAUGE,
+                labels=make_labels({"chip": r.chip, "sensor": r.sensor}),
+                tier="core",
+                timestamp=now,
+            )
+            for r in readings
+        ]

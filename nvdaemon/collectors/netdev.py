@@ -1,0 +1,79 @@
+"""Per-interface traffic counters from ``<proc>/net/dev``.
+
+Two header lines, then ``  eth0: <8 receive fields> <8 transmit fields>``: bytes packets errs drop fifo frame
+compressed multicast | bytes packets errs drop fifo colls carrier compressed. All are counters since the
+interface was created. Large values can run into the colon (``eth0:123...``), so split on the colon, not on
+whitespace. ``lo`` is skipped: its traffic says nothing about the hardware.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_text
+from nvdaemon.model import Kind, Sample
+
+_UINT = re.compile(r"[0-9]{1,25}", re.ASCII)  # bounded: int() refuses very long digit strings
+_FIELDS = 16
+# Field index -> metric.
+_METRICS = {
+    0: "net_rx_bytes_total",
+    1: "net_rx_packets_total",
+    2: "net_rx_errors_total",
+    3: "net_rx_dropped_total",
+    8: "net_tx_bytes_total",
+    9: "net_tx_packets_total",
+    10: "net_tx_errors_total",
+    11: "net_tx_dropped_total",
+}
+_SKIP = frozenset({"lo"})
+
+
+@dataclass
+class NetDev:
+    interfaces: dict[str, tuple[int, ...]] = field(default_factory=dict)  # every interface, lo included
+    errors: list[str] = field(default_factory=list)
+
+
+def read_netdev(roots: HostRoots) -> str:
+    return read_text(roots.proc / "net" / "dev")
+
+
+def parse_netdev(text: str) -> NetDev:
+    """Parse /proc/net/dev. A malformed interface line goes to ``errors``; no interface at all raises."""
+    result = NetDev()
+    for line in text.splitlines():
+        if not line.strip() or "|" in line:  # blank or one of the two header lines
+            continue
+        name, sep, rest = line.partition(":")
+        name = name.strip()
+        values = rest.split()
+        if not sep or not name or " " in name:
+            result.errors.append(f"/proc/net/dev: malformed line {line[:60]!r}")
+            continue
+        if len(values) < _FIELDS or not all(_UINT.fullmatch(v) for v in values[:_FIELDS]):
+            result.errors.append(f"/proc/net/dev: {name}: expected {_FIELDS} counters, got {rest.strip()[:60]!r}")
+            continue
+        result.interfaces[name] = tuple(int(v) for v in values[:_FIELDS])
+    if not result.interfaces:
+        raise ParseError("/proc/net/dev: no interfaces" + (f" ({result.errors[0]})" if result.errors else ""))
+    return result
+
+
+class NetDevCollector(Collector):
+    name = "netdev"
+    tier = "core"
+
+    def gather(self, roots: HostRoots) -> Gathered:
+        parsed = parse_netdev(read_netdev(roots))
+        return Gathered(parsed, errors=list(parsed.errors))
+
+    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+        data: NetDev = gathered.data
+        return [
+            Sample(metric=metric, device=iface, value=float(values[i]), kind=Kind.COUNTER, tier="core", timestamp=now)
+            for iface, values in data.interfaces.items()
+            if iface not in _SKIP
+            for i, metric in _METRICS.items()
+        ]

@@ -1,0 +1,118 @@
+"""PCIe Advanced Error Reporting counters from ``<sys>/bus/pci/devices/*/aer_dev_{correctable,nonfatal,fatal}``.
+
+Since Linux 4.19 every AER-capable device has three files of ``<Name> <count>`` lines (drivers/pci/pcie/aer.c):
+one per error type the kernel names (``RxErr``, ``BadTLP``, ... or ``Undefined``, ``DLP``, ``SDES`` (surprise
+down), ``CmpltTO``, ...; unnamed bits appear as e.g. ``ERR_COR_bit[12]``) and a final ``TOTAL_ERR_COR`` /
+``TOTAL_ERR_NONFATAL`` / ``TOTAL_ERR_FATAL``. All are counts since boot. Devices without the files (no AER
+capability, or AER owned by firmware) are skipped; a node where no device has them has no AER to report.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.model import Kind, Sample, make_labels
+
+_LINE = re.compile(r"(\S+)\s+([0-9]{1,25})\s*", re.ASCII)
+
+# severity -> (file name, total line name, total metric)
+SEVERITIES: dict[str, tuple[str, str, str]] = {
+    "correctable": ("aer_dev_correctable", "TOTAL_ERR_COR", "pcie_aer_correctable_total"),
+    "nonfatal": ("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL", "pcie_aer_nonfatal_total"),
+    "fatal": ("aer_dev_fatal", "TOTAL_ERR_FATAL", "pcie_aer_fatal_total"),
+}
+
+
+@dataclass(frozen=True)
+class AerCounts:
+    total: int
+    per_type: dict[str, int] = field(default_factory=dict)  # TOTAL_ line excluded
+
+
+def parse_aer(text: str, total_name: str) -> AerCounts:
+    """Parse one aer_dev_* file; a malformed line or a missing ``total_name`` line (truncated file) raises."""
+    per_type: dict[str, int] = {}
+    total: int | None = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        m = _LINE.fullmatch(line)
+        if m is None:
+            raise ParseError(f"malformed line {line[:60]!r}")
+        if m.group(1) == total_name:
+            total = int(m.group(2))
+        elif m.group(1).startswith("TOTAL_"):
+            raise ParseError(f"unexpected {m.group(1)} line, wanted {total_name}")
+        else:
+            per_type[m.group(1)] = int(m.group(2))
+    if total is None:
+        raise ParseError(f"no {total_name} line")
+    return AerCounts(total, per_type)
+
+
+def read_device(device: Path, problems: list[tuple[Path, Exception]]) -> dict[str, AerCounts]:
+    """The AER files of one device directory that exist and parse; failures are appended to ``problems``."""
+    counts: dict[str, AerCounts] = {}
+    for severity, (file_name, total_name, _) in SEVERITIES.items():
+        path = device / file_name
+        try:
+            counts[severity] = parse_aer(read_text(path), total_name)
+        except NotPresent:
+            continue
+        except (OSError, ParseError) as exc:
+            problems.append((path, exc))
+    return counts
+
+
+def _has_aer(device: Path) -> bool:
+    return any((device / f).exists() for f, _, _ in SEVERITIES.values())
+
+
+def _describe(path: Path, exc: Exception) -> str:
+    detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"{path}: {detail}"
+
+
+class PcieAerCollector(Collector):
+    name = "pcie_aer"
+    tier = "core"
+
+    def gather(self, roots: HostRoots) -> Gathered:
+        base = roots.sys / "bus" / "pci" / "devices"
+        try:
+            # Real entries are symlinks into /sys/devices/pci*; Path follows them.
+            devices = sorted(base.iterdir())
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise NotPresent(str(base)) from exc
+        with_aer = [d for d in devices if _has_aer(d)]
+        if not with_aer:
+            raise NotPresent(f"{base}: no device with AER statistics")
+        problems: list[tuple[Path, Exception]] = []
+        data = {d.name: counts for d in with_aer if (counts := read_device(d, problems))}
+        if problems and not data:
+            raise problems[0][1]
+        return Gathered(data, errors=[_describe(path, exc) for path, exc in problems])
+
+    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+        data: dict[str, dict[str, AerCounts]] = gathered.data
+        out: list[Sample] = []
+        for device, by_severity in data.items():
+            for severity, counts in by_severity.items():
+                total_metric = SEVERITIES[severity][2]
+                out.append(Sample(total_metric, device, float(counts.total), Kind.COUNTER, tier="core", timestamp=now))
+                out.extend(
+                    Sample(
+                        metric="pcie_aer_errors_total",
+                        device=device,
+                        value=float(count),
+                        kind=Kind.COUNTER,
+                        labels=make_labels({"severity": severity, "error": error}),
+                        tier="core",
+                        timestamp=now,
+                    )
+                    for error, count in counts.per_type.items()
+                )
+        return out

@@ -1,0 +1,109 @@
+"""CPU package/core/DRAM energy from Intel RAPL, ``<sys>/class/powercap/intel-rapl:*``.
+
+Each zone directory has ``name`` (package-0, core, uncore, dram, psys) and ``energy_uj``: cumulative energy in
+microjoules, reported as joules. It wraps at ``max_energy_range_uj``; a counter reset is the consumer's business.
+
+Real sysfs lists every zone, sub-zones included (``intel-rapl:0:0``), directly under /sys/class/powercap as a
+symlink, while the zone directories themselves nest sub-zones inside their parent. Only the flat
+``class/powercap`` listing is read, never recursed into, so that no zone is counted twice. ``intel-rapl-mmio:*``
+zones duplicate the package zone through another interface and are ignored by the pattern.
+
+Since the PLATYPUS side channel (CVE-2020-8694) ``energy_uj`` is root-only on most distributions, so a
+``PermissionError`` is expected and steady: it is reported in ``errors`` with a stable message and in
+``permission_denied``, and logged once per collector instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.model import Kind, Sample, make_labels
+
+log = logging.getLogger(__name__)
+
+Reader = Callable[[Path], str]
+
+_ZONE = re.compile(r"intel-rapl:[0-9]+(?::[0-9]+)?", re.ASCII)
+_UINT = re.compile(r"[0-9]{1,25}", re.ASCII)
+PERMISSION_MESSAGE = "energy_uj: permission denied (root-only since CVE-2020-8694)"
+
+
+@dataclass(frozen=True)
+class Zone:
+    zone: str  # directory name, e.g. "intel-rapl:0:1"
+    name: str  # contents of its ``name`` file, e.g. "dram"
+    energy_uj: int
+
+
+def parse_energy(text: str) -> int:
+    """``energy_uj``: an unsigned decimal integer of microjoules."""
+    value = text.strip()
+    if not _UINT.fullmatch(value):
+        raise ParseError(f"energy_uj: not an unsigned integer: {value[:40]!r}")
+    return int(value)
+
+
+def list_zones(roots: HostRoots) -> list[Path]:
+    base = roots.sys / "class" / "powercap"
+    try:
+        zones = sorted(p for p in base.iterdir() if _ZONE.fullmatch(p.name))
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise NotPresent(str(base)) from exc
+    if not zones:
+        raise NotPresent(f"{base}: no intel-rapl zones")
+    return zones
+
+
+class RaplCollector(Collector):
+    name = "rapl"
+    tier = "core"
+
+    def __init__(self, read: Reader = read_text) -> None:
+        self._read = read  # injectable: tests run as root, where a mode-000 file is still readable
+        self.permission_denied = False  # energy_uj was unreadable for lack of privilege on the last gather
+        self._denial_logged = False
+
+    def gather(self, roots: HostRoots) -> Gathered:
+        zones: list[Zone] = []
+        errors: list[str] = []
+        failures: list[Exception] = []
+        denied = False
+        for path in list_zones(roots):
+            try:
+                label = self._read(path / "name").strip()
+                zones.append(Zone(path.name, label, parse_energy(self._read(path / "energy_uj"))))
+            except PermissionError:
+                denied = True
+            except (OSError, NotPresent, ParseError) as exc:
+                failures.append(exc)
+                errors.append(f"{path.name}: {exc}")
+        self.permission_denied = denied
+        if denied:
+            # One stable entry however many zones were denied, so the caller can log it once.
+            errors.insert(0, PERMISSION_MESSAGE)
+            if not self._denial_logged:
+                self._denial_logged = True
+                log.warning("RAPL %s; energy samples unavailable until the agent can read it", PERMISSION_MESSAGE)
+        elif failures and not zones:
+            raise failures[0]
+        return Gathered(zones, errors=errors)
+
+    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+        zones: list[Zone] = gathered.data
+        return [
+            Sample(
+                metric="power_energy_joules_total",
+                device=z.zone,
+                value=z.energy_uj / 1_000_000,
+                kind=Kind.COUNTER,
+                labels=make_labels({"zone": z.name}),
+                tier="core",
+                timestamp=now,
+            )
+            for z in zones
+        ]

@@ -1,0 +1,276 @@
+"""The agent's configuration: msgspec structs, YAML input, every error reported at once.
+
+Keys are camelCase and a superset of the Go agent's. Unknown keys are errors (a typo must not silently disable a
+rule). ``${VAR}`` in a string value is replaced from the environment after YAML parsing, so a variable can never
+inject YAML structure. Errors never echo string values, because those may be secrets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+import yaml
+
+from nvdaemon.configcheck import ConfigIssue, check_against, locate, yaml_lines
+
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+Count = Annotated[int, msgspec.Meta(ge=1)]
+TierName = Literal["core", "smart", "gpu"]
+DEFAULT_LISTEN = "127.0.0.1:9847"
+
+
+class _Section(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """Base of every config struct: camelCase keys, unknown keys rejected."""
+
+
+class Rule(_Section):
+    """One threshold rule; its state is tracked per full series (metric, device, labels)."""
+
+    metric: str
+    condition: str
+    threshold: float
+    device: str = ""  # exact name or glob; "" = every device, each tracked on its own
+    labels: dict[str, str] = msgspec.field(default_factory=dict)  # subset match on the sample's labels
+    severity: Literal["info", "warning", "critical"] = "warning"
+    op: Literal[">", ">=", "<", "<="] = ">"
+    enter_for: Count = 1  # consecutive breaching samples before ENTER
+    exit_for: Count = 1  # consecutive clear samples before EXIT
+    rate: bool = False  # compare the per-second increase of a counter instead of its value
+
+
+class ServerConfig(_Section):
+    api_token_file: str = ""  # bearer token guarding /v1/*; /metrics, /healthz, /readyz stay open
+    max_request_bytes: Count = 65536
+    header_timeout_seconds: Seconds = 10.0
+
+
+class SmartConfig(_Section):
+    smartctl_path: str = "smartctl"
+    devices: list[str] = msgspec.field(default_factory=list)
+    interval_seconds: Seconds = 300.0
+    timeout_seconds: Seconds = 30.0
+
+
+class GpuConfig(_Section):
+    xid: bool = True
+
+
+class SpoolConfig(_Section):
+    max_events: Count = 100_000
+    max_bytes: Count = 268_435_456
+
+
+class WebhookSink(_Section):
+    url: str
+    secret: str = ""
+    secrets: list[str] = msgspec.field(default_factory=list)
+    secret_file: str = ""
+    mode: Literal["structured", "binary"] = "structured"
+    timeout_seconds: Seconds = 10.0
+
+
+class MetricsSink(_Section):
+    enabled: bool = True
+    listen_addr: str = DEFAULT_LISTEN
+
+
+class NvsentinelSink(_Section):
+    enabled: bool = False
+    socket_path: str = "/var/run/nvsentinel.sock"
+    token_path: str = "/var/run/secrets/nvsentinel/platform-connector/token"
+    agent: str = "nvdaemon"
+
+
+class StreamSink(_Section):
+    enabled: bool = True
+
+
+class Sinks(_Section):
+    webhook: list[WebhookSink] = msgspec.field(default_factory=list)
+    metrics: MetricsSink = msgspec.field(default_factory=MetricsSink)
+    nvsentinel: NvsentinelSink = msgspec.field(default_factory=NvsentinelSink)
+    stream: StreamSink = msgspec.field(default_factory=StreamSink)
+
+
+class HistoryConfig(_Section):
+    enabled: bool = False
+    interval_minutes: Count = 5
+    retention_days: Count = 1825
+    metrics: list[str] = msgspec.field(default_factory=list)
+
+
+class Toggle(_Section):
+    enabled: bool = False
+
+
+class Config(_Section):
+    node: str = ""
+    tiers: list[TierName] = msgspec.field(default_factory=lambda: ["core"])
+    tier: TierName | None = None  # legacy single-tier key of the Go agent
+    interval_seconds: Seconds = 15.0
+    proc_root: str = "/proc"
+    sys_root: str = "/sys"
+    dev_root: str = "/dev"
+    rootfs: str = "/"
+    state_dir: str = ""
+    rules: list[Rule] = msgspec.field(default_factory=list)
+    shutdown_grace_seconds: Seconds = 10.0
+    collector_timeout_seconds: Seconds = 5.0
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    smart: SmartConfig = msgspec.field(default_factory=SmartConfig)
+    gpu: GpuConfig = msgspec.field(default_factory=GpuConfig)
+    spool: SpoolConfig = msgspec.field(default_factory=SpoolConfig)
+    sinks: Sinks = msgspec.field(default_factory=Sinks)
+    history: HistoryConfig = msgspec.field(default_factory=HistoryConfig)
+    node_exporter: Toggle = msgspec.field(default_factory=Toggle)
+    dcgm_compat: Toggle = msgspec.field(default_factory=Toggle)
+    smartctl_compat: Toggle = msgspec.field(default_factory=Toggle)
+
+
+class ConfigError(Exception):
+    """Every problem found in one config file; ``str()`` lists them one per line."""
+
+    def __init__(self, source: str, issues: list[ConfigIssue]) -> None:
+        self.source = source
+        self.issues = issues
+        lines = [f"{source}: {len(issues)} error(s) in config"]
+        lines += [f"  {source}{issue.where()}: {issue.path or '<top>'}: {issue.message}" for issue in issues]
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated config plus where it came from and the values derived from the host."""
+
+    config: Config
+    source: str
+    node: str
+    state_dir: Path
+    tiers: tuple[str, ...]
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(value: Any, env: Mapping[str, str], path: str, issues: list[ConfigIssue]) -> Any:
+    """Replace ``${VAR}`` in every string of the parsed tree; an unset variable is an error at its key path."""
+    if isinstance(value, str):
+
+        def sub(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in env:
+                issues.append(ConfigIssue(path, f"environment variable {name} is not set"))
+                return ""
+            return env[name]
+
+        return _VAR.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand(v, env, f"{path}.{k}" if path else str(k), issues) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v, env, f"{path}[{i}]", issues) for i, v in enumerate(value)]
+    return value
+
+
+def default_state_dir(env: Mapping[str, str]) -> Path:
+    """``/var/lib/nvdaemon`` as root, the XDG state directory otherwise."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/nvdaemon")
+    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "nvdaemon"
+
+
+def _sub(tree: dict[str, Any], key: str, kind: type[Any]) -> Any:
+    """``tree[key]`` when it has the expected container type, else an empty one (its type error is reported
+    elsewhere)."""
+    value = tree.get(key)
+    return value if isinstance(value, kind) else kind()
+
+
+def _semantic_checks(raw: dict[str, Any]) -> list[ConfigIssue]:
+    """Checks a type cannot express, run on the raw tree so they are reported together with type errors."""
+    issues: list[ConfigIssue] = []
+    sinks = _sub(raw, "sinks", dict)
+    metrics = _sub(sinks, "metrics", dict)
+    listen = metrics.get("listenAddr", DEFAULT_LISTEN)
+    if isinstance(listen, str):
+        host, sep, port = listen.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            issues.append(ConfigIssue("sinks.metrics.listenAddr", "expected HOST:PORT with a port in 0-65535 (0: any free port)"))
+    rules = _sub(raw, "rules", list)
+    seen: dict[tuple[str, str, str], int] = {}
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, dict):
+            continue
+        for field_name in ("metric", "condition"):
+            text = rule.get(field_name)
+            if isinstance(text, str) and not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", text):
+                issues.append(ConfigIssue(f"rules[{i}].{field_name}", "expected a name of letters, digits and _"))
+        key = (str(rule.get("metric")), str(rule.get("device", "")), str(rule.get("condition")))
+        if key in seen:
+            issues.append(
+                ConfigIssue(f"rules[{i}]", f"same metric, device and condition as rules[{seen[key]}]: ambiguous")
+            )
+        seen.setdefault(key, i)
+    hooks = _sub(sinks, "webhook", list)
+    for i, hook in enumerate(hooks):
+        url = hook.get("url") if isinstance(hook, dict) else None
+        if isinstance(url, str) and not re.match(r"^https?://", url):
+            issues.append(ConfigIssue(f"sinks.webhook[{i}].url", "expected an http:// or https:// URL"))
+    return issues
+
+
+def parse_config(
+    text: str, source: str, env: Mapping[str, str] | None = None, host_root: Path | None = None
+) -> LoadedConfig:
+    """Parse and validate YAML text; raise ``ConfigError`` listing every problem at once."""
+    env = os.environ if env is None else env
+    try:
+        raw = yaml.safe_load(text)
+        lines = yaml_lines(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise ConfigError(source, [ConfigIssue("", f"not valid YAML: {getattr(exc, 'problem', exc)}", line)]) from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [ConfigIssue("", "expected a mapping of config keys at the top level", 1)])
+    issues: list[ConfigIssue] = []
+    raw = _expand(raw, env, "", issues)
+    issues += check_against(Config, raw)
+    issues += _semantic_checks(raw)
+    if issues:
+        raise ConfigError(source, locate(issues, lines))
+    cfg = msgspec.convert(raw, Config)
+    if host_root is not None:
+        cfg = msgspec.structs.replace(
+            cfg,
+            proc_root=str(host_root / "proc"),
+            sys_root=str(host_root / "sys"),
+            dev_root=str(host_root / "dev"),
+            rootfs=str(host_root),
+        )
+    tiers = tuple(dict.fromkeys([*cfg.tiers, *([cfg.tier] if cfg.tier else [])]))
+    node = cfg.node or env.get("NODE_NAME") or socket.gethostname()
+    state_dir = Path(cfg.state_dir) if cfg.state_dir else default_state_dir(env)
+    return LoadedConfig(config=cfg, source=source, node=node, state_dir=state_dir, tiers=tiers)
+
+
+def load_config(path: str | None, env: Mapping[str, str] | None = None, host_root: Path | None = None) -> LoadedConfig:
+    """Load ``path``, or the embedded default when ``path`` is None."""
+    if path is None:
+        text = resources.files("nvdaemon").joinpath("default.yaml").read_text(encoding="utf-8")
+        return parse_config(text, "<embedded default>", env, host_root)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(path, [ConfigIssue("", f"cannot read config file: {exc.strerror or exc}")]) from None
+    return parse_config(text, path, env, host_root)

@@ -1,0 +1,115 @@
+"""The data model shared by collectors, the rule engine, sinks and the HTTP surface.
+
+Everything here is plain data: no I/O and no trio import, so the pure core can be tested with tables.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+
+import msgspec
+
+Labels = tuple[tuple[str, str], ...]
+"""Extra labels of a series, sorted by name; a tuple so that series keys are hashable."""
+
+
+class Kind(enum.Enum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+
+
+class Severity(enum.IntEnum):
+    """Ordered so that a minimum-severity filter is a comparison."""
+
+    INFO = 0
+    WARNING = 1
+    CRITICAL = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        return cls[text.upper()]
+
+
+class Phase(enum.Enum):
+    ENTER = "ENTER"
+    EXIT = "EXIT"
+
+
+def make_labels(mapping: dict[str, str] | None = None) -> Labels:
+    """Normalise a label mapping into the sorted tuple form used in series keys."""
+    if not mapping:
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in mapping.items()))
+
+
+class Sample(msgspec.Struct, frozen=True):
+    """One observation. ``metric`` is the internal name (no ``nodevitals_hw_`` prefix).
+
+    ``timestamp`` is seconds since the epoch (wall clock) of the collection.
+    """
+
+    metric: str
+    device: str
+    value: float
+    kind: Kind = Kind.GAUGE
+    labels: Labels = ()
+    tier: str = "core"
+    timestamp: float = 0.0
+
+    @property
+    def series(self) -> tuple[str, str, Labels]:
+        """The key a rule's state is tracked under: the full series, labels included."""
+        return (self.metric, self.device, self.labels)
+
+
+class Event(msgspec.Struct, frozen=True):
+    """A state transition of one condition on one device.
+
+    ``id`` is unique across restarts and stays the same across delivery retries; ``seq`` increases by one per
+    event emitted by this node and survives restarts. ``detail`` holds ``{value, threshold, metric, labels}`` for
+    rule events and ``{xid, description, action}`` for XIDs.
+    """
+
+    id: str
+    node: str
+    tier: str
+    device: str
+    condition: str
+    phase: Phase
+    severity: str
+    seq: int
+    started_at: float
+    ended_at: float | None = None
+    detail: dict[str, object] = msgspec.field(default_factory=dict)
+
+
+_last_ms = 0
+_counter = 0
+
+
+def new_event_id(now: float | None = None) -> str:
+    """A time-ordered id in UUIDv7 layout: 48 bits of milliseconds, then randomness.
+
+    Unique across restarts without any state (74 random bits per id), and sortable by creation time, which lets a
+    ``?since=<id>`` replay compare ids. Within one millisecond a counter keeps ids of this process increasing.
+    """
+    global _last_ms, _counter
+    ms = int((time.time() if now is None else now) * 1000)
+    if ms <= _last_ms:
+        ms = _last_ms
+        _counter += 1
+    else:
+        _last_ms, _counter = ms, 0
+    rand = int.from_bytes(os.urandom(8), "big")
+    # 12 bits after the version nibble carry the in-millisecond counter; the rest is random.
+    rand_a = _counter & 0xFFF
+    rand_b = rand & ((1 << 62) - 1)
+    value = (ms << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
+    h = f"{value:032x}"
+    return f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"

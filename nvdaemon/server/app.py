@@ -1,0 +1,120 @@
+"""The HTTP surface on one port: /metrics, /healthz, /readyz, /v1/state (hypercorn's trio worker + quart-trio).
+
+``/metrics``, ``/healthz`` and ``/readyz`` are always open (kubelet and Prometheus must reach them); ``/v1/*`` is
+guarded by a bearer token when ``server.apiTokenFile`` is set, compared in constant time. Every error is JSON.
+Request bodies and header reading are bounded so a misbehaving client cannot hold memory or a connection.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
+from nvdaemon.server.state import state_document
+
+if TYPE_CHECKING:
+    from nvdaemon.app import Agent
+
+log = logging.getLogger(__name__)
+
+
+def read_token(path: str) -> bytes | None:
+    """The API token, or None when no token file is configured. Surrounding whitespace (a trailing newline from
+    ``echo > file``) is not part of the token."""
+    if not path:
+        return None
+    token = Path(path).read_bytes().strip()
+    if not token:
+        raise ValueError(f"server.apiTokenFile {path} is empty")
+    return token
+
+
+def build_app(agent: Agent) -> QuartTrio:
+    app = QuartTrio("nvdaemon")
+    app.config["MAX_CONTENT_LENGTH"] = agent.loaded.config.server.max_request_bytes
+    metrics = MetricsCache(agent)
+    token = read_token(agent.loaded.config.server.api_token_file)
+
+    def json_response(body: dict[str, Any], status: int) -> Response:
+        return Response(_json(body), status=status, content_type="application/json")
+
+    @app.before_request
+    async def guard() -> Response | None:
+        if token is not None and request.path.startswith("/v1/"):
+            given = request.headers.get("Authorization", "")
+            scheme, _, value = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token):
+                return json_response({"error": "unauthorized"}, 401)
+        return None
+
+    @app.get("/metrics")
+    async def get_metrics() -> Response:
+        return Response(metrics.render(), content_type=CONTENT_TYPE)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        problems = agent.health_problems()
+        return json_response({"status": "fail" if problems else "ok", "problems": problems}, 503 if problems else 200)
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        if agent.ready and not agent.stopping.is_set():
+            return json_response({"status": "ready"}, 200)
+        why = "stopping" if agent.stopping.is_set() else "starting"
+        return json_response({"status": why}, 503)
+
+    @app.get("/v1/state")
+    async def v1_state() -> Response:
+        return json_response(state_document(agent), 200)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(exc: HTTPException) -> Response:
+        code = exc.code or 500
+        return json_response({"error": (exc.name or "error").lower(), "status": code}, code)
+
+    return app
+
+
+def _json(body: dict[str, Any]) -> bytes:
+    import msgspec
+
+    return msgspec.json.encode(body)
+
+
+async def serve_http(agent: Agent, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve until ``agent.http_shutdown`` is set (hypercorn's own graceful stop, not a cancellation)."""
+    cfg = agent.loaded.config
+    hc = HypercornConfig()
+    hc.bind = [cfg.sinks.metrics.listen_addr]
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("nvdaemon.http")
+    hc.graceful_timeout = min(5.0, cfg.shutdown_grace_seconds / 2)
+    # A client that stops sending mid-request is dropped after read_timeout; hypercorn then closes the socket when
+    # its idle timer fires, so both are set: together they bound how long a slow client can hold a connection.
+    # (A websocket endpoint whose clients stay silent for long will need read_timeout off for those connections.)
+    limit = max(1, round(cfg.server.header_timeout_seconds))
+    hc.read_timeout = limit
+    hc.keep_alive_timeout = limit
+    hc.h11_max_incomplete_size = 16 * 1024
+    hc.include_server_header = False
+    app = build_app(agent)
+    shutdown = agent.http_shutdown
+
+    async def bound(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+        await serve(app, hc, shutdown_trigger=shutdown.wait, task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(bound)
+        agent.bound = list(binds)
+        log.info("listening on %s", ", ".join(binds))
+        task_status.started()

@@ -1,0 +1,136 @@
+"""``/metrics``: a collector over the latest snapshots, on a registry the agent owns (never the global REGISTRY).
+
+Hardware samples are exposed as ``nodevitals_hw_<metric>{node,tier,device,<labels sorted>}``. The text is rendered
+once per change (a new snapshot or new events) and served from that cache: a scrape storm costs one render.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from nvdaemon import __version__
+from nvdaemon.catalogue import help_for
+from nvdaemon.model import Kind
+
+if TYPE_CHECKING:
+    from nvdaemon.app import Agent
+
+PREFIX = "nodevitals_hw_"
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class SnapshotCollector(Collector):
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._hardware()
+        yield from self._self_metrics()
+
+    def _hardware(self) -> Iterator[Metric]:
+        node = self.agent.node
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        for tier, snap in sorted(self.agent.snapshots.items()):
+            for s in snap.samples:
+                fam = families.get(s.metric)
+                if fam is None:
+                    name = PREFIX + s.metric
+                    fam_cls = CounterMetricFamily if s.kind is Kind.COUNTER else GaugeMetricFamily
+                    fam = fam_cls(
+                        name, help_for(s.metric), labels=["node", "tier", "device", *(k for k, _ in s.labels)]
+                    )
+                    families[s.metric] = fam
+                fam.add_metric([node, tier, s.device, *(v for _, v in s.labels)], s.value)
+        for metric in sorted(families):
+            yield families[metric]
+
+    def _self_metrics(self) -> Iterator[Metric]:
+        agent = self.agent
+        success = GaugeMetricFamily(
+            "nodevitals_collector_success",
+            "1 if the collector's last run had no error (an absent source is not one).",
+            labels=["collector"],
+        )
+        present = GaugeMetricFamily(
+            "nodevitals_collector_present", "1 if the collector's source exists on this node.", labels=["collector"]
+        )
+        duration = GaugeMetricFamily(
+            "nodevitals_collector_duration_seconds", "Wall time of the collector's last run.", labels=["collector"]
+        )
+        errors = CounterMetricFamily(
+            "nodevitals_collector_errors",
+            "Errors met by the collector since start (partial failures included).",
+            labels=["collector"],
+        )
+        for snap in agent.snapshots.values():
+            for name, st in sorted(snap.collectors.items()):
+                success.add_metric([name], 1.0 if st.success else 0.0)
+                present.add_metric([name], 1.0 if st.present else 0.0)
+                duration.add_metric([name], st.duration)
+                errors.add_metric([name], st.error_total)
+        yield from (success, present, duration, errors)
+
+        events = CounterMetricFamily(
+            "nodevitals_events", "Events emitted, by transition.", labels=["tier", "condition", "severity", "phase"]
+        )
+        for (tier, condition, severity, phase), n in sorted(agent.event_counts.items()):
+            events.add_metric([tier, condition, severity, phase], n)
+        yield events
+        dropped = CounterMetricFamily(
+            "nodevitals_bus_dropped", "Events a subscriber lost because its channel was full.", labels=["subscriber"]
+        )
+        for name, n in sorted(agent.bus.drop_totals.items()):
+            dropped.add_metric([name], n)
+        yield dropped
+        active = GaugeMetricFamily(
+            "nodevitals_conditions_active",
+            "Conditions currently active.",
+            labels=["tier", "condition", "severity", "stale"],
+        )
+        counts: dict[tuple[str, str, str, str], int] = {}
+        for c in agent.engine.active.values():
+            key = (c.tier, c.condition, c.severity, "true" if c.stale else "false")
+            counts[key] = counts.get(key, 0) + 1
+        for key, n in sorted(counts.items()):
+            active.add_metric(list(key), n)
+        yield active
+        if agent.supervisor is not None:
+            restarts = CounterMetricFamily(
+                "nodevitals_task_restarts", "Restarts of a supervised task.", labels=["task"]
+            )
+            up = GaugeMetricFamily("nodevitals_task_up", "1 if the supervised task is running.", labels=["task"])
+            for name, task in sorted(agent.supervisor.tasks.items()):
+                restarts.add_metric([name], task.restarts)
+                up.add_metric([name], 1.0 if task.state == "running" else 0.0)
+            yield from (restarts, up)
+        info = GaugeMetricFamily("nodevitals_build_info", "Version of the agent; always 1.", labels=["version"])
+        info.add_metric([__version__], 1.0)
+        yield info
+
+
+class MetricsCache:
+    """Owns the registry; re-renders only when the agent's state changed since the last render."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(agent))
+        self.registry.register(ProcessCollector(registry=None))
+        self._key: tuple[int, int, int] | None = None
+        self._body = b""
+        self.renders = 0
+
+    def render(self) -> bytes:
+        agent = self.agent
+        key = (agent.snapshot_version, agent.bus.published, agent.reloads)
+        if key != self._key:
+            self._body = generate_latest(self.registry)
+            self._key = key
+            self.renders += 1
+        return self._body

@@ -1,0 +1,77 @@
+"""The ``/v1/state`` document: node, tiers, current samples, active conditions (with staleness), recent events and
+the status of every supervised task. Plain data built from the agent; no secret is ever part of it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from nvdaemon import __version__
+from nvdaemon.model import Event, Sample
+
+if TYPE_CHECKING:
+    from nvdaemon.app import Agent
+
+
+def sample_json(s: Sample) -> dict[str, Any]:
+    return {
+        "metric": s.metric,
+        "device": s.device,
+        "value": s.value,
+        "kind": s.kind.value,
+        "labels": dict(s.labels),
+        "tier": s.tier,
+        "timestamp": s.timestamp,
+    }
+
+
+def event_json(ev: Event) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(ev)
+    return out
+
+
+def state_document(agent: Agent) -> dict[str, Any]:
+    tiers: dict[str, Any] = {}
+    samples: list[dict[str, Any]] = []
+    for tier, snap in sorted(agent.snapshots.items()):
+        tiers[tier] = {
+            "collectedAt": snap.collected_at,
+            "durationSeconds": round(snap.duration, 6),
+            "intervalSeconds": agent.interval(tier),
+            "collectors": {name: st.as_json() for name, st in sorted(snap.collectors.items())},
+        }
+        samples += [sample_json(s) for s in snap.samples]
+    conditions = [
+        {
+            "condition": c.condition,
+            "tier": c.tier,
+            "device": c.device,
+            "metric": c.metric,
+            "labels": dict(c.labels),
+            "severity": c.severity,
+            "value": c.value,
+            "threshold": c.threshold,
+            "startedAt": c.started_at,
+            "lastSeen": c.last_seen,
+            "stale": c.stale,
+            "eventId": c.enter_id,
+        }
+        for c in sorted(agent.engine.active.values(), key=lambda c: (c.started_at, c.condition, c.device))
+    ]
+    sup = agent.supervisor
+    return {
+        "node": agent.node,
+        "version": __version__,
+        "startedAt": agent.started_at,
+        "ready": agent.ready,
+        "config": agent.loaded.source,
+        "tiers": tiers,
+        "samples": samples,
+        "conditions": conditions,
+        "recentEvents": [event_json(ev) for ev in agent.bus.recent],
+        "eventSeq": agent.engine.seq,
+        "tasks": {name: st.as_json() for name, st in sorted(sup.tasks.items())} if sup else {},
+        "bus": {"published": agent.bus.published, "dropped": dict(agent.bus.drop_totals)},
+        "reloads": {"ok": agent.reloads, "rejected": agent.reload_failures},
+    }

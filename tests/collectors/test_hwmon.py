@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.collectors.hwmon import HwmonCollector, parse_sensor_value
+from nvdaemon.model import Kind, Sample
+from tests.collectors.conftest import FAULTY, HEALTHY, HOSTS, collect, damaged, value
+
+CORETEMP_FILES = sum(1 for _ in (HOSTS / "faulty" / "sys" / "class" / "hwmon" / "hwmon0").iterdir())
+
+
+def failing_reader(*suffixes: str, inside: str = "", err: int = errno.EIO) -> Callable[[Path], str]:
+    """A reader that fails like sick I2C hardware for files ending with one of ``suffixes`` or under ``inside``."""
+
+    def read(path: Path) -> str:
+        if any(str(path).endswith(n) for n in suffixes) or (inside and f"/{inside}/" in str(path)):
+            raise OSError(err, os.strerror(err), str(path))
+        return read_text(path)
+
+    return read
+
+
+def temps(samples: list[Sample]) -> dict[tuple[str, str], float]:
+    return {(s.device, dict(s.labels)["sensor"]): s.value for s in samples if s.metric == "temp_celsius"}
+
+
+def test_healthy_through_symlinks() -> None:
+    assert (HEALTHY.sys / "class" / "hwmon" / "hwmon0").is_symlink()  # the real sysfs layout
+    gathered, samples = collect(HwmonCollector(), HEALTHY)
+    assert gathered.errors == []
+    assert value(samples, "temp_celsius", "coretemp", chip="hwmon0", sensor="Package id 0") == 45.0
+    assert value(samples, "temp_crit_celsius", "coretemp", chip="hwmon0", sensor="Package id 0") == 100.0
+    assert value(samples, "temp_celsius", "coretemp", chip="hwmon0", sensor="Core 2") == 46.0
+    assert value(samples, "temp_celsius", "nvme", chip="hwmon1", sensor="Composite") == 38.85
+    assert value(samples, "temp_crit_celsius", "nvme", chip="hwmon1", sensor="Composite") == 84.85
+    assert value(samples, "fan_rpm", "nct6775", chip="hwmon2", sensor="fan2") == 1054
+    assert value(samples, "voltage_volts", "nct6775", chip="hwmon2", sensor="in0") == 0.912
+    assert value(samples, "temp_celsius", "nct6775", chip="hwmon2", sensor="SYSTIN") == 32.0
+    assert value(samples, "power_watts", "ina226", chip="hwmon3", sensor="power1") == 22.675
+    assert value(samples, "current_amps", "ina226", chip="hwmon3", sensor="curr1") == 1.875
+    assert value(samples, "voltage_volts", "ina226", chip="hwmon3", sensor="in1") == 12.096
+    # power_meter only has power1_average.
+    assert value(samples, "power_watts", "power_meter", chip="hwmon4", sensor="power1") == 187.0
+    assert len(temps(samples)) == 8
+    assert all(s.kind is Kind.GAUGE for s in samples)
+
+
+def test_faulty_hot_package() -> None:
+    _, samples = collect(HwmonCollector(), FAULTY)
+    assert value(samples, "temp_celsius", "coretemp", chip="hwmon0", sensor="Package id 0") == 97.0
+    assert value(samples, "temp_crit_celsius", "coretemp", chip="hwmon0", sensor="Package id 0") == 100.0
+    assert value(samples, "fan_rpm", "nct6775", chip="hwmon2", sensor="fan1") == 0
+
+
+def test_eio_on_one_sensor_keeps_the_rest() -> None:
+    collector = HwmonCollector(read=failing_reader("hwmon0/temp2_input"))
+    gathered, samples = collect(collector, FAULTY)
+    assert len(gathered.errors) == 1
+    assert "hwmon0/temp2_input" in gathered.errors[0] and "Input/output error" in gathered.errors[0]
+    found = temps(samples)
+    assert ("coretemp", "Core 0") not in found
+    assert found[("coretemp", "Package id 0")] == 97.0
+    assert found[("coretemp", "Core 1")] == 96.0
+    # The crit file of the same sensor still read fine.
+    assert value(samples, "temp_crit_celsius", "coretemp", chip="hwmon0", sensor="Core 0") == 100.0
+
+
+def test_a_whole_chip_failing_keeps_other_chips() -> None:
+    collector = HwmonCollector(read=failing_reader(inside="hwmon0", err=errno.ENODATA))
+    gathered, samples = collect(collector, FAULTY)
+    # name, and per sensor label, input and crit: all 16 files that are read (max, crit_alarm are not).
+    assert len(gathered.errors) == 16 < CORETEMP_FILES
+    assert all("hwmon0/" in e and "No data available" in e for e in gathered.errors)
+    assert not [s for s in samples if dict(s.labels)["chip"] == "hwmon0"]
+    assert value(samples, "temp_celsius", "nvme", chip="hwmon1", sensor="Composite") == 71.85
+
+
+def test_everything_failing_raises() -> None:
+    collector = HwmonCollector(read=failing_reader("_input", "_average", "_crit"))
+    with pytest.raises(OSError, match="Input/output error"):
+        collector.gather(FAULTY)
+
+
+def test_malformed_value_is_an_error(faulty_copy: HostRoots) -> None:
+    (faulty_copy.sys / "class" / "hwmon" / "hwmon2" / "fan2_input").write_text("spinning\n")
+    gathered, samples = collect(HwmonCollector(), faulty_copy)
+    assert len(gathered.errors) == 1 and "fan2_input" in gathered.errors[0]
+    assert value(samples, "fan_rpm", "nct6775", chip="hwmon2", sensor="fan1") == 0
+    assert "fan2" not in {dict(s.labels)["sensor"] for s in samples if s.device == "nct6775"}
+
+
+def test_missing_label_falls_back_to_sensor_name(faulty_copy: HostRoots) -> None:
+    (faulty_copy.sys / "class" / "hwmon" / "hwmon1" / "temp1_label").unlink()
+    _, samples = collect(HwmonCollector(), faulty_copy)
+    assert value(samples, "temp_celsius", "nvme", chip="hwmon1", sensor="temp1") == 71.85
+
+
+def test_power_input_wins_over_average(faulty_copy: HostRoots) -> None:
+    (faulty_copy.sys / "class" / "hwmon" / "hwmon3" / "power1_average").write_text("1000000\n")
+    _, samples = collect(HwmonCollector(), faulty_copy)
+    assert value(samples, "power_watts", "ina226", chip="hwmon3", sensor="power1") == 51.4
+
+
+def test_copied_symlink_tree_still_reads(healthy_copy: HostRoots) -> None:
+    assert (healthy_copy.sys / "class" / "hwmon" / "hwmon1").is_symlink()
+    _, samples = collect(HwmonCollector(), healthy_copy)
+    assert value(samples, "temp_celsius", "nvme", chip="hwmon1", sensor="Sensor 1") == 40.85
+
+
+def test_not_present(tmp_path: Path, healthy_copy: HostRoots) -> None:
+    with pytest.raises(NotPresent):
+        HwmonCollector().gather(HostRoots.under(tmp_path))
+    hwmon = healthy_copy.sys / "class" / "hwmon"
+    shutil.rmtree(hwmon)
+    hwmon.mkdir()
+    with pytest.raises(NotPresent):
+        HwmonCollector().gather(healthy_copy)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("45000\n", 45000), ("-273150\n", -273150), ("0", 0)])
+def test_parse_sensor_value(text: str, expected: int) -> None:
+    assert parse_sensor_value(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "\n", "4.5", "1e3", "--1", "0x10", "١٢"])
+def test_parse_sensor_value_rejects(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_sensor_value(text)
+
+
+@given(st.text())
+def test_parse_any_text(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        parse_sensor_value(text)
+
+
+@given(damaged("-273150\n45000\n"))
+def test_parse_damaged_values(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        parse_sensor_value(text)

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.memory import MemoryCollector, parse_meminfo
+from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, fixture_text, value
+
+KIB = 1024
+
+
+def _drop_line(roots: HostRoots, key: str) -> None:
+    path = roots.proc / "meminfo"
+    lines = [ln for ln in path.read_text().splitlines() if not ln.startswith(key + ":")]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_healthy() -> None:
+    gathered, samples = collect(MemoryCollector(), HEALTHY)
+    assert gathered.errors == []
+    assert value(samples, "mem_total_bytes", "memory") == 65844004 * KIB
+    assert value(samples, "mem_free_bytes", "memory") == 38127456 * KIB
+    assert value(samples, "mem_available_bytes", "memory") == 55019844 * KIB
+    assert value(samples, "mem_buffers_bytes", "memory") == 612340 * KIB
+    assert value(samples, "mem_cached_bytes", "memory") == 16254876 * KIB
+    assert value(samples, "swap_total_bytes", "memory") == 8388604 * KIB
+    assert value(samples, "swap_free_bytes", "memory") == 8388604 * KIB
+    assert value(samples, "mem_dirty_bytes", "memory") == 1284 * KIB
+    assert value(samples, "mem_hardware_corrupted_bytes", "memory") == 0
+    assert value(samples, "mem_used_pct", "memory") == pytest.approx(100 * (65844004 - 55019844) / 65844004)
+    assert len(samples) == 10
+
+
+def test_faulty_has_little_available_and_corrupted_pages() -> None:
+    _, samples = collect(MemoryCollector(), FAULTY)
+    assert value(samples, "mem_available_bytes", "memory") == 1975320 * KIB
+    assert value(samples, "mem_used_pct", "memory") == pytest.approx(97.0, abs=0.01)
+    assert value(samples, "mem_hardware_corrupted_bytes", "memory") == 4 * KIB
+
+
+def test_old_kernel_without_memavailable(healthy_copy: HostRoots) -> None:
+    _drop_line(healthy_copy, "MemAvailable")
+    _, samples = collect(MemoryCollector(), healthy_copy)
+    metrics = {s.metric for s in samples}
+    assert "mem_available_bytes" not in metrics
+    assert "mem_used_pct" not in metrics
+    assert value(samples, "mem_total_bytes", "memory") == 65844004 * KIB
+
+
+def test_hardware_corrupted_only_when_present(healthy_copy: HostRoots) -> None:
+    _drop_line(healthy_copy, "HardwareCorrupted")
+    _, samples = collect(MemoryCollector(), healthy_copy)
+    assert "mem_hardware_corrupted_bytes" not in {s.metric for s in samples}
+
+
+def test_malformed_line_is_an_error_but_the_rest_survives(healthy_copy: HostRoots) -> None:
+    path = healthy_copy.proc / "meminfo"
+    path.write_text(path.read_text().replace("Buffers:          612340 kB", "Buffers:    lots kB"))
+    gathered, samples = collect(MemoryCollector(), healthy_copy)
+    assert len(gathered.errors) == 1 and "/proc/meminfo" in gathered.errors[0] and "Buffers" in gathered.errors[0]
+    assert "mem_buffers_bytes" not in {s.metric for s in samples}
+    assert value(samples, "mem_cached_bytes", "memory") == 16254876 * KIB
+
+
+def test_page_counts_are_not_scaled() -> None:
+    info = parse_meminfo("MemTotal: 4 kB\nHugePages_Total:      12\n")
+    assert info.values == {"MemTotal": 4096, "HugePages_Total": 12}
+
+
+@pytest.mark.parametrize("text", ["", "garbage\n", "MemTotal 123 kB\n"])
+def test_unusable_file_raises(healthy_copy: HostRoots, text: str) -> None:
+    (healthy_copy.proc / "meminfo").write_text(text)
+    with pytest.raises(ParseError):
+        MemoryCollector().gather(healthy_copy)
+
+
+def test_not_present(tmp_path: Path) -> None:
+    with pytest.raises(NotPresent):
+        MemoryCollector().gather(HostRoots.under(tmp_path))
+
+
+@given(st.text())
+def test_parse_any_text(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        parse_meminfo(text)
+
+
+@given(damaged(fixture_text("faulty", "proc/meminfo")))
+def test_parse_damaged_fixture(text: str) -> None:
+    try:
+        info = parse_meminfo(text)
+    except ParseError:
+        return
+    assert all(v >= 0 for v in info.values.values())

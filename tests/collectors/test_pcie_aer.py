@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.pcie_aer import PcieAerCollector, parse_aer
+from nvdaemon.model import Kind
+from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, devices, find, fixture_text, value
+
+GPU = "0000:3b:00.0"
+AER_DEVICES = {"0000:00:1d.0", "0000:02:00.0", "0000:3a:00.0", GPU}  # 0000:00:1f.0 has no AER capability
+
+
+def test_healthy_all_zero() -> None:
+    gathered, samples = collect(PcieAerCollector(), HEALTHY)
+    assert gathered.errors == []
+    assert devices(samples, "pcie_aer_fatal_total") == AER_DEVICES
+    assert all(s.value == 0 for s in samples)
+    assert all(s.kind is Kind.COUNTER for s in samples)
+    per_type = [s for s in samples if s.metric == "pcie_aer_errors_total" and s.device == GPU]
+    assert len(per_type) == 8 + 17 + 17
+    assert not [s for s in samples if dict(s.labels).get("error", "").startswith("TOTAL_")]
+    assert find(samples, "pcie_aer_correctable_total", GPU).labels == ()
+
+
+def test_faulty_gpu_has_a_fatal_error() -> None:
+    _, samples = collect(PcieAerCollector(), FAULTY)
+    assert value(samples, "pcie_aer_fatal_total", GPU) == 1
+    assert value(samples, "pcie_aer_errors_total", GPU, severity="fatal", error="SDES") == 1
+    assert value(samples, "pcie_aer_errors_total", GPU, severity="fatal", error="DLP") == 0
+    assert value(samples, "pcie_aer_nonfatal_total", GPU) == 2
+    assert value(samples, "pcie_aer_errors_total", GPU, severity="nonfatal", error="CmpltTO") == 2
+    assert value(samples, "pcie_aer_correctable_total", GPU) == 16
+    assert value(samples, "pcie_aer_errors_total", GPU, severity="correctable", error="RxErr") == 12
+    assert value(samples, "pcie_aer_errors_total", GPU, severity="correctable", error="BadTLP") == 3
+    assert value(samples, "pcie_aer_correctable_total", "0000:3a:00.0") == 3
+    assert value(samples, "pcie_aer_fatal_total", "0000:3a:00.0") == 0
+
+
+def test_truncated_file_is_an_error_for_that_file_only(faulty_copy: HostRoots) -> None:
+    path = faulty_copy.sys / "bus" / "pci" / "devices" / GPU / "aer_dev_fatal"
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:5]))  # cut before TOTAL_ERR_FATAL
+    gathered, samples = collect(PcieAerCollector(), faulty_copy)
+    assert len(gathered.errors) == 1
+    assert f"{GPU}/aer_dev_fatal" in gathered.errors[0] and "TOTAL_ERR_FATAL" in gathered.errors[0]
+    assert GPU not in devices(samples, "pcie_aer_fatal_total")
+    assert value(samples, "pcie_aer_correctable_total", GPU) == 16
+    assert devices(samples, "pcie_aer_fatal_total") == AER_DEVICES - {GPU}
+
+
+def test_every_file_malformed_raises(faulty_copy: HostRoots) -> None:
+    for path in (faulty_copy.sys / "bus" / "pci" / "devices").glob("*/aer_dev_*"):
+        path.write_text("garbage\n")
+    with pytest.raises(ParseError):
+        PcieAerCollector().gather(faulty_copy)
+
+
+def test_not_present(tmp_path: Path, healthy_copy: HostRoots) -> None:
+    with pytest.raises(NotPresent):
+        PcieAerCollector().gather(HostRoots.under(tmp_path))
+    pci = healthy_copy.sys / "bus" / "pci" / "devices"
+    for device in AER_DEVICES:
+        shutil.rmtree(pci / device)
+    assert (pci / "0000:00:1f.0").is_dir()
+    with pytest.raises(NotPresent):
+        PcieAerCollector().gather(healthy_copy)
+
+
+def test_parse_exact() -> None:
+    counts = parse_aer("RxErr 2\nERR_COR_bit[12] 1\nTOTAL_ERR_COR 3\n", "TOTAL_ERR_COR")
+    assert counts.total == 3
+    assert counts.per_type == {"RxErr": 2, "ERR_COR_bit[12]": 1}
+
+
+@pytest.mark.parametrize(
+    "text", ["", "RxErr 1\n", "RxErr one\nTOTAL_ERR_COR 1\n", "TOTAL_ERR_FATAL 0\n", "RxErr\nTOTAL_ERR_COR 0\n"]
+)
+def test_parse_rejects(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_aer(text, "TOTAL_ERR_COR")
+
+
+@given(st.text(), st.sampled_from(["TOTAL_ERR_COR", "TOTAL_ERR_NONFATAL", "TOTAL_ERR_FATAL"]))
+def test_parse_any_text(text: str, total: str) -> None:
+    with contextlib.suppress(ParseError):
+        parse_aer(text, total)
+
+
+@given(damaged(fixture_text("faulty", f"sys/bus/pci/devices/{GPU}/aer_dev_fatal")))
+def test_parse_damaged_fixture(text: str) -> None:
+    try:
+        counts = parse_aer(text, "TOTAL_ERR_FATAL")
+    except ParseError:
+        return
+    assert counts.total >= 0

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.pressure import PressureCollector, PsiLine, parse_pressure
+from nvdaemon.model import Kind
+from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, devices, find, fixture_text, value
+
+
+def test_healthy() -> None:
+    gathered, samples = collect(PressureCollector(), HEALTHY)
+    assert gathered.errors == []
+    assert devices(samples, "psi_avg10_pct") == {"cpu", "memory", "io"}  # no irq file on this host
+    assert value(samples, "psi_avg10_pct", "cpu", kind="some") == 0.52
+    assert value(samples, "psi_avg300_pct", "cpu", kind="some") == 0.31
+    assert value(samples, "psi_avg10_pct", "cpu", kind="full") == 0.0  # newer kernels: a full line of zeros
+    assert value(samples, "psi_avg10_pct", "io", kind="full") == 0.06
+    stall = find(samples, "psi_stall_seconds_total", "memory", kind="some")
+    assert stall.value == pytest.approx(2.345678)
+    assert stall.kind is Kind.COUNTER
+    assert find(samples, "psi_avg60_pct", "io", kind="some").kind is Kind.GAUGE
+    assert len(samples) == 3 * 2 * 4
+
+
+def test_faulty_memory_and_io_pressure() -> None:
+    _, samples = collect(PressureCollector(), FAULTY)
+    assert value(samples, "psi_avg10_pct", "memory", kind="some") == 35.12
+    assert value(samples, "psi_avg10_pct", "io", kind="some") == 40.25
+    assert value(samples, "psi_avg10_pct", "io", kind="full") == 25.37
+    assert value(samples, "psi_stall_seconds_total", "io", kind="full") == pytest.approx(1234.56789)
+    # Old-kernel cpu file: only a some line. irq: only a full line.
+    assert {dict(s.labels)["kind"] for s in samples if s.device == "cpu"} == {"some"}
+    assert value(samples, "psi_stall_seconds_total", "irq", kind="full") == pytest.approx(0.012345)
+
+
+def test_one_malformed_file_keeps_the_others(healthy_copy: HostRoots) -> None:
+    (healthy_copy.proc / "pressure" / "memory").write_text("some avg10=lots\n")
+    gathered, samples = collect(PressureCollector(), healthy_copy)
+    assert len(gathered.errors) == 1 and "pressure/memory" in gathered.errors[0]
+    assert devices(samples, "psi_avg10_pct") == {"cpu", "io"}
+
+
+def test_truncated_file_is_an_error(healthy_copy: HostRoots) -> None:
+    path = healthy_copy.proc / "pressure" / "io"
+    path.write_text(path.read_text()[:30])
+    gathered, samples = collect(PressureCollector(), healthy_copy)
+    assert len(gathered.errors) == 1 and "pressure/io" in gathered.errors[0]
+    assert "io" not in {s.device for s in samples}
+
+
+def test_all_files_malformed_raises(healthy_copy: HostRoots) -> None:
+    for resource in ("cpu", "memory", "io"):
+        (healthy_copy.proc / "pressure" / resource).write_text("nonsense\n")
+    with pytest.raises(ParseError):
+        PressureCollector().gather(healthy_copy)
+
+
+def test_not_present(tmp_path: Path) -> None:
+    with pytest.raises(NotPresent):
+        PressureCollector().gather(HostRoots.under(tmp_path))
+    (tmp_path / "proc" / "pressure").mkdir(parents=True)
+    with pytest.raises(NotPresent):
+        PressureCollector().gather(HostRoots.under(tmp_path))
+
+
+def test_parse_exact() -> None:
+    parsed = parse_pressure("some avg10=1.50 avg60=2.00 avg300=3.25 total=42\n", "cpu")
+    assert parsed == {"some": PsiLine(1.5, 2.0, 3.25, 42)}
+
+
+@given(st.text())
+def test_parse_any_text(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        parse_pressure(text, "io")
+
+
+@given(damaged(fixture_text("faulty", "proc/pressure/io")))
+def test_parse_damaged_fixture(text: str) -> None:
+    try:
+        parsed = parse_pressure(text, "io")
+    except ParseError:
+        return
+    assert set(parsed) <= {"some", "full"}

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.collectors.rapl import PERMISSION_MESSAGE, RaplCollector, parse_energy
+from nvdaemon.model import Kind
+from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, find, value
+
+
+def deny(*zones: str) -> RaplCollector:
+    """A collector whose reader fails like a non-root read of energy_uj (root can read a mode-000 file)."""
+
+    def read(path: Path) -> str:
+        if path.name == "energy_uj" and (not zones or path.parent.name in zones):
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_text(path)
+
+    return RaplCollector(read=read)
+
+
+def test_healthy_nested_layout_counts_each_zone_once() -> None:
+    assert (HEALTHY.sys / "class" / "powercap" / "intel-rapl:0").is_symlink()
+    gathered, samples = collect(RaplCollector(), HEALTHY)
+    assert gathered.errors == []
+    assert [(s.device, dict(s.labels)["zone"]) for s in samples] == [
+        ("intel-rapl:0", "package-0"),
+        ("intel-rapl:0:0", "core"),
+        ("intel-rapl:0:1", "dram"),
+    ]
+    pkg = find(samples, "power_energy_joules_total", "intel-rapl:0", zone="package-0")
+    assert pkg.value == pytest.approx(123456.789012)
+    assert pkg.kind is Kind.COUNTER
+    assert value(samples, "power_energy_joules_total", "intel-rapl:0:1", zone="dram") == pytest.approx(12345.678901)
+
+
+def test_faulty_flat_layout() -> None:
+    _, samples = collect(RaplCollector(), FAULTY)
+    assert len(samples) == 3
+    assert value(samples, "power_energy_joules_total", "intel-rapl:0", zone="package-0") == pytest.approx(187654.321098)
+
+
+def test_permission_denied_is_reported_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    collector = deny()
+    caplog.set_level(logging.WARNING, logger="nvdaemon.collectors.rapl")
+    for _ in range(2):
+        gathered, samples = collect(collector, HEALTHY)
+        assert gathered.errors == [PERMISSION_MESSAGE]  # one stable entry, not one per zone
+        assert samples == []
+        assert collector.permission_denied
+    denials = [r for r in caplog.records if "permission denied" in r.getMessage()]
+    assert len(denials) == 1
+    assert denials[0].levelno == logging.WARNING
+
+
+def test_permission_denied_on_one_zone_keeps_the_others() -> None:
+    gathered, samples = collect(deny("intel-rapl:0:1"), FAULTY)
+    assert gathered.errors == [PERMISSION_MESSAGE]
+    assert [s.device for s in samples] == ["intel-rapl:0", "intel-rapl:0:0"]
+
+
+def test_permission_flag_clears_when_readable_again() -> None:
+    denied = {"on": True}
+
+    def read(path: Path) -> str:
+        if denied["on"] and path.name == "energy_uj":
+            raise PermissionError(13, "Permission denied")
+        return read_text(path)
+
+    collector = RaplCollector(read=read)
+    collector.gather(HEALTHY)
+    assert collector.permission_denied
+    denied["on"] = False
+    assert len(collector.interpret(collector.gather(HEALTHY), 1.0)) == 3
+    assert not collector.permission_denied
+
+
+def test_malformed_zone_keeps_the_others(faulty_copy: HostRoots) -> None:
+    (faulty_copy.sys / "class" / "powercap" / "intel-rapl:0:0" / "energy_uj").write_text("12ab\n")
+    gathered, samples = collect(RaplCollector(), faulty_copy)
+    assert len(gathered.errors) == 1 and "intel-rapl:0:0" in gathered.errors[0]
+    assert [s.device for s in samples] == ["intel-rapl:0", "intel-rapl:0:1"]
+
+
+def test_all_zones_malformed_raises(faulty_copy: HostRoots) -> None:
+    for zone in ("intel-rapl:0", "intel-rapl:0:0", "intel-rapl:0:1"):
+        (faulty_copy.sys / "class" / "powercap" / zone / "energy_uj").write_text("")
+    with pytest.raises(ParseError):
+        RaplCollector().gather(faulty_copy)
+
+
+def test_not_present(tmp_path: Path, faulty_copy: HostRoots) -> None:
+    with pytest.raises(NotPresent):
+        RaplCollector().gather(HostRoots.under(tmp_path))
+    powercap = faulty_copy.sys / "class" / "powercap"
+    for zone in ("intel-rapl:0", "intel-rapl:0:0", "intel-rapl:0:1"):
+        shutil.rmtree(powercap / zone)
+    (powercap / "intel-rapl-mmio:0").mkdir()  # another interface to the package zone: not counted
+    with pytest.raises(NotPresent):
+        RaplCollector().gather(faulty_copy)
+
+
+def test_parse_energy() -> None:
+    assert parse_energy("123456789012\n") == 123456789012
+    for bad in ("", "-1", "1.5", "abc"):
+        with pytest.raises(ParseError):
+            parse_energy(bad)
+
+
+@given(st.text())
+def test_parse_any_text(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        parse_energy(text)
+
+
+@given(damaged((HEALTHY.sys / "class" / "powercap" / "intel-rapl:0" / "energy_uj").read_text()))
+def test_parse_damaged_fixture(text: str) -> None:
+    with contextlib.suppress(ParseError):
+        assert parse_energy(text) >= 0

@@ -1,0 +1,188 @@
+"""The HTTP surface, in process: routes through quart-trio's test client, limits through a real socket."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from nvdaemon.app import Agent
+from nvdaemon.config import parse_config
+from nvdaemon.model import Kind, Sample, make_labels
+from nvdaemon.server.app import build_app, serve_http
+from nvdaemon.supervise import Supervisor
+from nvdaemon.tiers import CollectorStatus, TierSnapshot
+
+
+def make_agent(tmp_path: Path, extra: str = "") -> Agent:
+    text = f"node: n1\nstateDir: {tmp_path / 'state'}\nintervalSeconds: 10\n{extra}"
+    return Agent(parse_config(text, "test.yaml", env={}))
+
+
+def add_snapshot(agent: Agent, value: float = 3.5) -> None:
+    samples = [
+        Sample("load1", "cpu", value, timestamp=1.0),
+        Sample("psi_stall_seconds_total", "io", 12.5, Kind.COUNTER, make_labels({"kind": "some"}), timestamp=1.0),
+    ]
+    status = CollectorStatus("loadavg", success=True, samples=2)
+    agent.on_snapshot(TierSnapshot("core", samples, {"loadavg": status}, collected_at=1.0, duration=0.01))
+
+
+async def test_metrics_exposition_and_cache(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    add_snapshot(agent)
+    client = build_app(agent).test_client()
+    resp = await client.get("/metrics")
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    text = (await resp.get_data()).decode()
+    assert 'nodevitals_hw_load1{device="cpu",node="n1",tier="core"} 3.5' in text
+    assert 'nodevitals_hw_psi_stall_seconds_total{device="io",kind="some",node="n1",tier="core"} 12.5' in text
+    assert "# TYPE nodevitals_hw_psi_stall_seconds_total counter" in text
+    assert 'nodevitals_collector_success{collector="loadavg"} 1.0' in text
+    assert "process_resident_memory_bytes" in text
+    # Served from the cache until the snapshot changes, then re-rendered once.
+    again = (await (await client.get("/metrics")).get_data()).decode()
+    assert again == text
+    add_snapshot(agent, value=7.25)
+    fresh = (await (await client.get("/metrics")).get_data()).decode()
+    assert 'nodevitals_hw_load1{device="cpu",node="n1",tier="core"} 7.25' in fresh
+
+
+async def test_state_document(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, "rules: [{metric: load1, condition: load_high, threshold: 3}]\n")
+    add_snapshot(agent)
+    resp = await build_app(agent).test_client().get("/v1/state")
+    doc = json.loads(await resp.get_data())
+    assert doc["node"] == "n1"
+    assert doc["tiers"]["core"]["collectors"]["loadavg"]["success"] is True
+    assert {"metric": "load1", "device": "cpu", "value": 3.5}.items() <= doc["samples"][0].items()
+    assert doc["conditions"][0]["condition"] == "load_high" and doc["conditions"][0]["stale"] is False
+    assert doc["recentEvents"][0]["phase"] == "ENTER"
+    assert doc["eventSeq"] == 1
+
+
+async def test_json_errors_for_unknown_paths_and_methods(tmp_path: Path) -> None:
+    client = build_app(make_agent(tmp_path)).test_client()
+    resp = await client.get("/nope")
+    assert resp.status_code == 404
+    assert json.loads(await resp.get_data()) == {"error": "not found", "status": 404}
+    resp = await client.delete("/metrics")
+    assert resp.status_code == 405
+    assert resp.headers["Content-Type"] == "application/json"
+
+
+async def test_api_token_guards_v1_only(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret-token-value\n")
+    agent = make_agent(tmp_path, f"server: {{apiTokenFile: {token}}}\n")
+    client = build_app(agent).test_client()
+    assert (await client.get("/v1/state")).status_code == 401
+    wrong = await client.get("/v1/state", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    assert json.loads(await wrong.get_data()) == {"error": "unauthorized"}
+    ok = await client.get("/v1/state", headers={"Authorization": "Bearer s3cret-token-value"})
+    assert ok.status_code == 200
+    assert b"s3cret" not in await ok.get_data()
+    for open_path in ("/metrics", "/healthz", "/readyz"):
+        assert (await client.get(open_path)).status_code != 401
+
+
+async def test_healthz_reflects_loops_not_hardware(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    agent = make_agent(tmp_path)
+    agent.started_clock = trio.current_time()
+    client = build_app(agent).test_client()
+    agent.heartbeats["core"] = trio.current_time()
+    # A collector that fails (broken hardware) does not make the agent unhealthy.
+    status = CollectorStatus("hwmon", success=False, errors=["EIO"])
+    agent.on_snapshot(TierSnapshot("core", [], {"hwmon": status}, collected_at=time.time(), duration=0))
+    assert (await client.get("/healthz")).status_code == 200
+    await trio.sleep(31)  # more than 3 intervals of 10 s without a tick
+    resp = await client.get("/healthz")
+    assert resp.status_code == 503
+    assert "tier core" in json.loads(await resp.get_data())["problems"][0]
+    agent.heartbeats["core"] = trio.current_time()
+    assert (await client.get("/healthz")).status_code == 200
+
+    async def broken(task_status: trio.TaskStatus[None]) -> None:
+        raise RuntimeError("cannot bind")
+
+    async with trio.open_nursery() as nursery:
+        agent.supervisor = Supervisor(nursery, stuck_after=3)
+        await agent.supervisor.start("http", broken, critical=True)
+        await trio.sleep(60)
+        agent.heartbeats["core"] = trio.current_time()
+        resp = await client.get("/healthz")
+        assert resp.status_code == 503
+        assert "task http" in json.loads(await resp.get_data())["problems"][0]
+        nursery.cancel_scope.cancel()
+
+
+async def test_readyz_until_ready_and_while_stopping(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    client = build_app(agent).test_client()
+    assert (await client.get("/readyz")).status_code == 503
+    agent.ready = True
+    assert (await client.get("/readyz")).status_code == 200
+    agent.stopping.set()
+    assert (await client.get("/readyz")).status_code == 503
+
+
+async def _serve(agent: Agent, nursery: trio.Nursery) -> tuple[str, int]:
+    await nursery.start(serve_http, agent)
+    host, _, port = agent.bound[0].removeprefix("http://").rpartition(":")
+    return host, int(port)
+
+
+@pytest.mark.parametrize("header_bytes", [64 * 1024])
+async def test_oversized_headers_are_refused(tmp_path: Path, header_bytes: int) -> None:
+    agent = make_agent(tmp_path, "sinks: {metrics: {listenAddr: '127.0.0.1:0'}}\n")
+    async with trio.open_nursery() as nursery:
+        host, port = await _serve(agent, nursery)
+        stream = await trio.open_tcp_stream(host, port)
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * header_bytes + b"\r\n\r\n"
+        reply = b""
+        with trio.fail_after(10):
+            try:
+                await stream.send_all(request)
+            except trio.BrokenResourceError:
+                pass  # the server may close before reading it all: that is a refusal too
+            while chunk := await stream.receive_some():
+                reply += chunk
+        assert not reply.startswith(b"HTTP/1.1 200")
+        agent.http_shutdown.set()
+
+
+async def test_slow_headers_are_cut_off(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, "sinks: {metrics: {listenAddr: '127.0.0.1:0'}}\nserver: {headerTimeoutSeconds: 1}\n")
+    async with trio.open_nursery() as nursery:
+        host, port = await _serve(agent, nursery)
+        stream = await trio.open_tcp_stream(host, port)
+        await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finishes the headers
+        began = trio.current_time()
+        with trio.fail_after(10):
+            while await stream.receive_some():
+                pass
+        assert trio.current_time() - began < 5
+        agent.http_shutdown.set()
+
+
+async def test_request_body_limit(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, "server: {maxRequestBytes: 1024}\n")
+    app = build_app(agent)
+
+    @app.post("/v1/echo")
+    async def echo() -> str:
+        from quart import request
+
+        return str(len(await request.get_data()))
+
+    client = app.test_client()
+    assert (await client.post("/v1/echo", data=b"x" * 100)).status_code == 200
+    resp = await client.post("/v1/echo", data=b"x" * 4096)
+    assert resp.status_code == 413
+    assert resp.headers["Content-Type"] == "application/json"

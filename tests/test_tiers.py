@@ -1,0 +1,118 @@
+"""The collection runner: timeouts, hung reads, absent vs broken sources, partial samples."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import ClassVar
+
+import pytest
+import trio
+import trio.testing
+
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError
+from nvdaemon.model import Sample
+from nvdaemon.tiers import CollectorRunner, collect_tier
+
+ROOTS = HostRoots()
+
+
+class Fake(Collector):
+    name: ClassVar[str] = "fake"
+
+    def __init__(self, behaviour: str, release: threading.Event | None = None) -> None:
+        self.behaviour = behaviour
+        self.release = release
+        self.calls = 0
+
+    def gather(self, roots: HostRoots) -> Gathered:
+        self.calls += 1
+        if self.behaviour == "absent":
+            raise NotPresent("no such thing")
+        if self.behaviour == "broken":
+            raise ParseError("/proc/fake: line 1: bad")
+        if self.behaviour == "hang":
+            assert self.release is not None
+            self.release.wait(30)
+        errors = ["chip1/temp2_input: EIO"] if self.behaviour == "partial" else []
+        return Gathered(data=[1.0, 2.0], errors=errors)
+
+    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+        if self.behaviour == "bad-interpret":
+            raise KeyError("x")
+        return [Sample("m", f"d{i}", v, timestamp=now) for i, v in enumerate(gathered.data)]
+
+
+class Other(Fake):
+    name: ClassVar[str] = "other"
+
+
+async def run_once(collector: Collector, timeout: float = 1.0) -> tuple[CollectorRunner, list[Sample]]:
+    runner = CollectorRunner(collector, trio.CapacityLimiter(2))
+    samples = await runner.run(ROOTS, timeout, lambda: 42.0)
+    return runner, samples
+
+
+async def test_healthy_collector() -> None:
+    runner, samples = await run_once(Fake("ok"))
+    assert [s.value for s in samples] == [1.0, 2.0] and samples[0].timestamp == 42.0
+    assert runner.status.success and runner.status.present and runner.status.errors == []
+
+
+async def test_absent_source_is_not_an_error() -> None:
+    runner, samples = await run_once(Fake("absent"))
+    assert samples == []
+    assert runner.status.success is True and runner.status.present is False
+
+
+async def test_broken_source_is_an_error() -> None:
+    runner, samples = await run_once(Fake("broken"))
+    assert samples == []
+    assert runner.status.success is False and runner.status.present is True
+    assert runner.status.errors == ["ParseError: /proc/fake: line 1: bad"]
+    assert runner.status.error_total == 1
+
+
+async def test_partial_failure_keeps_samples_and_counts_error() -> None:
+    runner, samples = await run_once(Fake("partial"))
+    assert len(samples) == 2
+    assert runner.status.success is False and runner.status.error_total == 1
+
+
+async def test_interpret_failure_is_contained() -> None:
+    runner, samples = await run_once(Fake("bad-interpret"))
+    assert samples == [] and runner.status.errors[0].startswith("interpret: KeyError")
+
+
+async def test_hung_read_times_out_then_is_skipped_until_it_returns(
+    autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    release = threading.Event()
+    fake = Fake("hang", release)
+    runner = CollectorRunner(fake, trio.CapacityLimiter(2))
+    with caplog.at_level(logging.WARNING):
+        assert await runner.run(ROOTS, 5.0, lambda: 0.0) == []
+    assert runner.status.errors == ["read timed out after 5s"]
+    # The thread is still stuck: the next tick does not start a second one.
+    assert await runner.run(ROOTS, 5.0, lambda: 0.0) == []
+    assert "previous read has not returned" in runner.status.errors[0]
+    assert fake.calls == 1
+    release.set()
+    for _ in range(200):  # let the abandoned thread finish (real time, outside the mock clock)
+        if not runner._in_flight:
+            break
+        await trio.to_thread.run_sync(release.wait, 0.01)
+    fake.behaviour = "ok"
+    samples = await runner.run(ROOTS, 5.0, lambda: 0.0)
+    assert len(samples) == 2 and runner.status.success
+    # The same failure is logged when it changes, not every tick.
+    assert sum("timed out" in r.getMessage() for r in caplog.records) == 1
+
+
+async def test_collect_tier_keeps_others_when_one_fails() -> None:
+    limiter = trio.CapacityLimiter(4)
+    runners = [CollectorRunner(Fake("broken"), limiter), CollectorRunner(Other("ok"), limiter)]
+    snap = await collect_tier("core", runners, ROOTS, 1.0)
+    assert len(snap.samples) == 2
+    assert snap.collectors["fake"].success is False and snap.collectors["other"].success is True
+    assert all(s.timestamp == snap.collected_at for s in snap.samples)
