@@ -25,6 +25,7 @@ from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.config import ConfigError, LoadedConfig, load_config
 from nvdaemon.model import Event, new_event_id
+from nvdaemon.sinks import Sink, build_sinks
 from nvdaemon.statefile import atomic_write, quarantine
 from nvdaemon.supervise import Supervisor
 from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
@@ -47,6 +48,7 @@ class Agent:
         self.engine = engine.EngineState()
         self.rules = engine.compile_rules(loaded.config.rules)
         self.snapshots: dict[str, TierSnapshot] = {}
+        self.sinks: dict[str, Sink] = {}
         self.snapshot_version = 0
         self.heartbeats: dict[str, float] = {}  # trio clock of each tier's last completed tick
         self.event_counts: collections.Counter[EventKey] = collections.Counter()
@@ -58,6 +60,7 @@ class Agent:
         self.bound: list[str] = []
         self.supervisor: Supervisor | None = None
         self.reloads = 0
+        self.changes = 0  # bumped by anything that changes what /metrics shows besides snapshots and events
         self.reload_failures = 0
         self.root_scope = trio.CancelScope()
         self._persist_lock = trio.Lock()
@@ -171,6 +174,7 @@ class Agent:
         sup = self.supervisor
         assert sup is not None
         await sup.start("http", serve_http, self, critical=True, fingerprint=self.server_fingerprint())
+        await self.sync_sinks()
         for tier in self.loaded.tiers:
             if tier not in self.active_tiers():
                 log.warning("tier %s is configured but has no collectors in this version; skipped", tier)
@@ -178,6 +182,23 @@ class Agent:
             await sup.start(
                 f"tier:{tier}", serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier)
             )
+
+    async def sync_sinks(self) -> None:
+        """Start sinks the config asks for; keep unchanged ones running; replace changed ones; stop removed ones."""
+        sup = self.supervisor
+        assert sup is not None
+        wanted = {sink.name: sink for sink in build_sinks(self)}
+        for name in [
+            n for n in self.sinks if n not in wanted or wanted[n].fingerprint() != self.sinks[n].fingerprint()
+        ]:
+            await sup.stop(name)
+            self.sinks.pop(name).close()
+        for name, sink in wanted.items():
+            if name in self.sinks:
+                continue  # an identical one is running
+            sink.attach(self.bus)
+            self.sinks[name] = sink
+            await sup.start(name, sink.serve, critical=sink.critical, fingerprint=sink.fingerprint())
 
     async def reload(self) -> None:
         """Re-read the config; keep the running one if the new one is invalid; restart only what changed."""
@@ -194,6 +215,7 @@ class Agent:
         self.rules = engine.compile_rules(new.config.rules)
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
         await self.persist_engine()
+        await self.sync_sinks()
         wanted = {f"tier:{t}": t for t in self.active_tiers()}
         for name in [n for n in sup.tasks if n.startswith("tier:") and n not in wanted]:
             await sup.stop(name)
@@ -243,6 +265,9 @@ class Agent:
             await self.stopping.wait()
             root.cancel_scope.deadline = trio.current_time() + grace
             sup.stopping = True
+            # Producers first, then consumers: the tier loops stop publishing before the sinks flush and stop.
+            for name in [n for n in sup.tasks if n.startswith("tier:")]:
+                await sup.stop(name)
             for name in [n for n in sup.tasks if n != "http"]:
                 await sup.stop(name)
             with trio.CancelScope(shield=True), trio.move_on_after(max(grace / 2, 0.5)):

@@ -8,7 +8,7 @@ HELP: dict[str, str] = {
     "load5": "5-minute load average (/proc/loadavg).",
     "load15": "15-minute load average (/proc/loadavg).",
     "procs_running": "Runnable scheduling entities (/proc/loadavg).",
-    "procs_total": "Scheduling entities that exist (/proc/loadavg).",
+    "procs_existing": "Scheduling entities (threads) that exist (/proc/loadavg).",
     # cpu
     "cpu_util_pct": "CPU busy time over the last interval, percent (/proc/stat).",
     "cpu_iowait_pct": "CPU time waiting for I/O over the last interval, percent (/proc/stat).",
@@ -16,7 +16,7 @@ HELP: dict[str, str] = {
     "cpu_context_switches_total": "Context switches since boot (/proc/stat ctxt).",
     "cpu_interrupts_total": "Interrupts serviced since boot (/proc/stat intr).",
     "procs_forked_total": "Processes and threads created since boot (/proc/stat processes).",
-    "cpu_count": "Online CPUs seen in /proc/stat.",
+    "cpus_online": "Online CPUs seen in /proc/stat.",
     # memory
     "mem_total_bytes": "Usable RAM in bytes (/proc/meminfo MemTotal).",
     "mem_free_bytes": "Unused RAM in bytes (/proc/meminfo MemFree).",

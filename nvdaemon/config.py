@@ -203,7 +203,9 @@ def _semantic_checks(raw: dict[str, Any]) -> list[ConfigIssue]:
     if isinstance(listen, str):
         host, sep, port = listen.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-            issues.append(ConfigIssue("sinks.metrics.listenAddr", "expected HOST:PORT with a port in 0-65535 (0: any free port)"))
+            issues.append(
+                ConfigIssue("sinks.metrics.listenAddr", "expected HOST:PORT with a port in 0-65535 (0: any free port)")
+            )
     rules = _sub(raw, "rules", list)
     seen: dict[tuple[str, str, str], int] = {}
     for i, rule in enumerate(rules):

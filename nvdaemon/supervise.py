@@ -36,6 +36,7 @@ class TaskState:
     last_error: str | None = None
     last_error_at: float | None = None
     started_at: float | None = None
+    running_since: float = 0.0  # trio clock of the current run's start
     scope: trio.CancelScope = field(default_factory=trio.CancelScope, repr=False)
     done: trio.Event = field(default_factory=trio.Event, repr=False)
 
@@ -72,7 +73,8 @@ class Supervisor:
 
     def backoff(self, failures: int) -> float:
         """Capped exponential delay with equal jitter: half fixed (a floor), half random (no thundering herd)."""
-        delay = min(self.backoff_max, self.backoff_base * float(2 ** max(0, failures - 1)))
+        # The exponent is bounded so a crash loop of days cannot overflow the float conversion.
+        delay = min(self.backoff_max, self.backoff_base * float(2 ** min(max(0, failures - 1), 60)))
         return delay / 2 + delay / 2 * self.jitter()
 
     async def start(
@@ -93,7 +95,15 @@ class Supervisor:
             await st.done.wait()
 
     def stuck(self) -> list[str]:
-        return [t.name for t in self.tasks.values() if t.critical and t.consecutive_failures >= self.stuck_after]
+        """Critical tasks that failed ``stuck_after`` times in a row and have not since run stably."""
+        now = trio.current_time()
+        return [
+            t.name
+            for t in self.tasks.values()
+            if t.critical
+            and t.consecutive_failures >= self.stuck_after
+            and not (t.state == "running" and now - t.running_since >= self.stable_after)
+        ]
 
     async def _run(self, st: TaskState, fn: ServeFn, args: tuple[Any, ...], task_status: trio.TaskStatus[None]) -> None:
         reported = False
@@ -105,7 +115,7 @@ class Supervisor:
                     try:
                         async with trio.open_nursery() as inner:
                             await inner.start(lambda task_status: fn(*args, task_status=task_status))
-                            st.state, st.started_at = "running", time.time()
+                            st.state, st.started_at, st.running_since = "running", time.time(), trio.current_time()
                             if not reported:
                                 reported = True
                                 task_status.started()

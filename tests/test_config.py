@@ -268,6 +268,29 @@ def test_every_error_reported_at_once_with_file_line_and_path() -> None:
     assert "http" in messages["sinks.webhook[0].url"][1]
 
 
+@pytest.mark.parametrize(
+    ("line", "path", "expected"),
+    [
+        ("threshold: .nan", "rules[0].threshold", "non-finite"),
+        ("threshold: .inf", "rules[0].threshold", "non-finite"),
+        ("enterFor: 2.5", "rules[0].enterFor", "an integer"),
+        ("enterFor: true", "rules[0].enterFor", "an integer"),
+        ("enterFor: 0", "rules[0].enterFor", ">= 1"),
+        ("severity: fatal", "rules[0].severity", "'critical'"),
+        ("rate: 'yes'", "rules[0].rate", "true or false"),
+        ("labels: {kind: [some]}", "rules[0].labels.kind", "a string"),
+    ],
+)
+def test_rule_type_errors(line: str, path: str, expected: str) -> None:
+    fields = {"metric": "metric: m", "condition": "condition: c", "threshold": "threshold: 1"}
+    fields[line.split(":", maxsplit=1)[0]] = line
+    body = "\n".join(f"    {f}" for f in fields.values()).replace("    ", "  - ", 1)
+    err = errors(f"rules:\n{body}\n")
+    assert [i.path for i in err.issues] == [path]
+    assert err.issues[0].line == 2 + list(fields).index(line.split(":", maxsplit=1)[0])
+    assert expected in err.issues[0].message
+
+
 SECRET = "whsec_TOPSECRETdeadbeef0123456789"
 
 

@@ -66,7 +66,7 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> 
 class Agent:
     def __init__(self, tmp: Path, host: Path, config: Path) -> None:
         self.host, self.config = host, config
-        self.port = int(config.read_text().split('127.0.0.1:')[1].split('"')[0])
+        self.port = int(config.read_text().split("127.0.0.1:")[1].split('"')[0])
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = (tmp / "agent.log").open("ab")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -158,7 +158,9 @@ def test_fixture_edits_raise_enter_then_exit_and_restart_keeps_state(agent: Agen
     assert exits[0]["seq"] > enter[0]["seq"]
     assert ("load_high", "cpu") not in conditions(agent)
     # The sensor cools: cpu_package_hot (enterFor 1 by default) exits; the condition list follows.
-    hwmon = next(p for p in (agent.host / "sys" / "class" / "hwmon").iterdir() if (p / "name").read_text() == "coretemp\n")
+    hwmon = next(
+        p for p in (agent.host / "sys" / "class" / "hwmon").iterdir() if (p / "name").read_text() == "coretemp\n"
+    )
     (hwmon / "temp1_input").write_text("60000\n")
     wait_for(lambda: events(agent, "cpu_package_hot", "EXIT"), "cpu_package_hot EXIT")
     # Load rises again: a fresh ENTER.
@@ -221,7 +223,7 @@ def test_broken_config_exits_2_with_key_path(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "rules:\n  - metric: load1\n    condition: x\n    threshold: 1\n    severty: warning\n"
-        "sinks:\n  webhook:\n    - url: https://example.invalid/hook\n      secret: [\"${HOOK_SECRET}\"]\n"
+        'sinks:\n  webhook:\n    - url: https://example.invalid/hook\n      secret: ["${HOOK_SECRET}"]\n'
     )
     cmd = [sys.executable, "-m", "nvdaemon", "run", "--config", str(bad)]
     env = {**os.environ, "HOOK_SECRET": "whsec_do-not-print-me"}

@@ -23,6 +23,7 @@ class Fake(Collector):
     def __init__(self, behaviour: str, release: threading.Event | None = None) -> None:
         self.behaviour = behaviour
         self.release = release
+        self.entered = threading.Event()
         self.calls = 0
 
     def gather(self, roots: HostRoots) -> Gathered:
@@ -33,6 +34,7 @@ class Fake(Collector):
             raise ParseError("/proc/fake: line 1: bad")
         if self.behaviour == "hang":
             assert self.release is not None
+            self.entered.set()
             self.release.wait(30)
         errors = ["chip1/temp2_input: EIO"] if self.behaviour == "partial" else []
         return Gathered(data=[1.0, 2.0], errors=errors)
@@ -93,6 +95,8 @@ async def test_hung_read_times_out_then_is_skipped_until_it_returns(
     with caplog.at_level(logging.WARNING):
         assert await runner.run(ROOTS, 5.0, lambda: 0.0) == []
     assert runner.status.errors == ["read timed out after 5s"]
+    # On a loaded machine the worker thread may start after the (mock-clock) timeout: wait until it is stuck.
+    assert await trio.to_thread.run_sync(fake.entered.wait, 30)
     # The thread is still stuck: the next tick does not start a second one.
     assert await runner.run(ROOTS, 5.0, lambda: 0.0) == []
     assert "previous read has not returned" in runner.status.errors[0]

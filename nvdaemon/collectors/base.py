@@ -35,7 +35,7 @@ class HostRoots:
         return cls(proc=root / "proc", sys=root / "sys", dev=root / "dev", rootfs=root)
 
 
-class NotPresent(Exception):  # noqa: N818 - a state, not a failure: "this node has no such source"
+class NotPresent(Exception):  # a state ("this node has no such source"), not a failure
     """The source this collector reads does not exist on this node (no RAPL, no PSI, no AER)."""
 
 

@@ -116,5 +116,5 @@ class CpuCollector(Collector):
         for key, metric in _COUNTERS.items():
             if key in stat.counters:
                 add(metric, "cpu", float(stat.counters[key]), Kind.COUNTER)
-        add("cpu_count", "cpu", float(stat.cpu_count))
+        add("cpus_online", "cpu", float(stat.cpu_count))
         return out

@@ -60,7 +60,7 @@ class LoadAvgCollector(Collector):
             "load5": data.load5,
             "load15": data.load15,
             "procs_running": float(data.procs_running),
-            "procs_total": float(data.procs_total),
+            "procs_existing": float(data.procs_total),
         }
         return [
             Sample(metric=m, device="cpu", value=v, kind=Kind.GAUGE, tier="core", timestamp=now)

@@ -68,7 +68,7 @@ class PressureCollector(Collector):
             try:
                 data[resource] = parse_pressure(read_pressure(roots, resource), resource)
             except NotPresent:
-                raise while the others exist
+                continue  # irq is often absent while the others exist
             except (OSError, ParseError) as exc:
                 problems.append((resource, exc))
         if not data:

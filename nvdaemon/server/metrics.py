@@ -109,6 +109,8 @@ class SnapshotCollector(Collector):
                 restarts.add_metric([name], task.restarts)
                 up.add_metric([name], 1.0 if task.state == "running" else 0.0)
             yield from (restarts, up)
+        for sink in agent.sinks.values():
+            yield from sink.metrics()
         info = GaugeMetricFamily("nodevitals_build_info", "Version of the agent; always 1.", labels=["version"])
         info.add_metric([__version__], 1.0)
         yield info
@@ -122,13 +124,13 @@ class MetricsCache:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(agent))
         self.registry.register(ProcessCollector(registry=None))
-        self._key: tuple[int, int, int] | None = None
+        self._key: tuple[int, int, int, int] | None = None
         self._body = b""
         self.renders = 0
 
     def render(self) -> bytes:
         agent = self.agent
-        key = (agent.snapshot_version, agent.bus.published, agent.reloads)
+        key = (agent.snapshot_version, agent.bus.published, agent.reloads, agent.changes)
         if key != self._key:
             self._body = generate_latest(self.registry)
             self._key = key

@@ -72,6 +72,7 @@ def state_document(agent: Agent) -> dict[str, Any]:
         "recentEvents": [event_json(ev) for ev in agent.bus.recent],
         "eventSeq": agent.engine.seq,
         "tasks": {name: st.as_json() for name, st in sorted(sup.tasks.items())} if sup else {},
+        "sinks": {name: sink.state() for name, sink in sorted(agent.sinks.items())},
         "bus": {"published": agent.bus.published, "dropped": dict(agent.bus.drop_totals)},
         "reloads": {"ok": agent.reloads, "rejected": agent.reload_failures},
     }

@@ -39,14 +39,14 @@ def test_first_tick_has_counters_but_no_utilisation() -> None:
     assert value(samples, "cpu_interrupts_total", "cpu") == 182736451
     assert value(samples, "procs_forked_total", "cpu") == 2184562
     assert find(samples, "procs_forked_total", "cpu").kind is Kind.COUNTER
-    assert value(samples, "cpu_count", "cpu") == 4
-    assert find(samples, "cpu_count", "cpu").kind is Kind.GAUGE
+    assert value(samples, "cpus_online", "cpu") == 4
+    assert find(samples, "cpus_online", "cpu").kind is Kind.GAUGE
 
 
 def test_faulty_counters() -> None:
     _, samples = collect(CpuCollector(), FAULTY)
     assert value(samples, "cpu_context_switches_total", "cpu") == 918273645
-    assert value(samples, "cpu_count", "cpu") == 4
+    assert value(samples, "cpus_online", "cpu") == 4
 
 
 def test_second_tick_gives_percentages(healthy_copy: HostRoots) -> None:
@@ -103,7 +103,7 @@ def test_identical_ticks_give_no_utilisation(healthy_copy: HostRoots) -> None:
     tick(collector, healthy_copy, 1.0)
     samples = tick(collector, healthy_copy, 2.0)
     assert not [s for s in samples if s.metric in UTIL]
-    assert value(samples, "cpu_count", "cpu") == 4
+    assert value(samples, "cpus_online", "cpu") == 4
 
 
 def test_offline_cpu_disappears(healthy_copy: HostRoots) -> None:
@@ -113,7 +113,7 @@ def test_offline_cpu_disappears(healthy_copy: HostRoots) -> None:
     lines = [ln for ln in stat.read_text().splitlines() if not ln.startswith("cpu3 ")]
     stat.write_text(bump("\n".join(lines), {"cpu": [10, 0, 0, 10], "cpu0": [10, 0, 0, 10]}))
     samples = tick(collector, healthy_copy, 2.0)
-    assert value(samples, "cpu_count", "cpu") == 3
+    assert value(samples, "cpus_online", "cpu") == 3
     assert "cpu3" not in devices(samples, "cpu_util_pct")
     assert value(samples, "cpu_util_pct", "cpu0") == pytest.approx(50.0)
 
@@ -130,7 +130,7 @@ def test_malformed_cpu_line_keeps_the_others(healthy_copy: HostRoots) -> None:
     samples = collector.interpret(gathered, 2.0)
     assert devices(samples, "cpu_util_pct") == {"cpu", "cpu0", "cpu1"}
     assert value(samples, "cpu_util_pct", "cpu1") == pytest.approx(50.0)
-    assert value(samples, "cpu_count", "cpu") == 4
+    assert value(samples, "cpus_online", "cpu") == 4
 
 
 def test_old_kernel_short_lines_are_padded() -> None:

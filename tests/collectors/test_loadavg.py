@@ -20,7 +20,7 @@ def test_healthy() -> None:
     assert value(samples, "load5", "cpu") == 0.61
     assert value(samples, "load15", "cpu") == 0.58
     assert value(samples, "procs_running", "cpu") == 2
-    assert value(samples, "procs_total", "cpu") == 1024
+    assert value(samples, "procs_existing", "cpu") == 1024
     assert all(s.kind is Kind.GAUGE and s.timestamp == NOW for s in samples)
     assert len(samples) == 5
 

@@ -79,7 +79,15 @@ def test_parse_exact() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "RxErr 1\n", "RxErr one\nTOTAL_ERR_COR 1\n", "TOTAL_ERR_FATAL 0\n", "RxErr\nTOTAL_ERR_COR 0\n"]
+    "text",
+    [
+        "",
+        "RxErr 1\n",
+        "RxErr one\nTOTAL_ERR_COR 1\n",
+        "TOTAL_ERR_FATAL 0\n",
+        "TOTAL_ERR_FATAL 1\nTOTAL_ERR_COR 1\n",  # the wrong file's total line: not a per-type count
+        "RxErr\nTOTAL_ERR_COR 0\n",
+    ],
 )
 def test_parse_rejects(text: str) -> None:
     with pytest.raises(ParseError):

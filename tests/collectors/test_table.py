@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from nvdaemon.catalogue import HELP
 from nvdaemon.collectors import COLLECTORS, collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.model import Kind
@@ -38,7 +39,8 @@ def test_every_collector_runs_clean_on_fixture_hosts(roots: HostRoots) -> None:
         for s in samples:
             assert s.tier == "core"
             assert s.timestamp == NOW
-            # Counters and only counters end in _total; procs_total (a gauge: tasks now) is named by the brief.
-            if s.metric != "procs_total":
-                assert (s.kind is Kind.COUNTER) == s.metric.endswith("_total"), s.metric
+            # Counters and only counters end in _total; no gauge borrows a histogram/summary suffix (promtool rules).
+            assert (s.kind is Kind.COUNTER) == s.metric.endswith("_total"), s.metric
+            assert not s.metric.endswith(("_count", "_sum", "_bucket")), s.metric
+            assert s.metric in HELP, f"{s.metric} has no HELP text in nvdaemon/catalogue.py"
             assert s.labels == tuple(sorted(s.labels))

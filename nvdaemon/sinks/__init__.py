@@ -1,0 +1,68 @@
+"""Sinks: consumers of the event bus (webhook senders, NVSentinel, the websocket hub), each supervised as a task.
+
+A sink's bus subscription is made when the agent adopts it (``attach``), not when its task starts: the channel
+outlives a crash of the task, so events published while the task waits out its restart backoff are still there when
+it comes back. Builders only construct; a built sink identical to a running one is discarded without attaching.
+
+To add a sink kind, write a module with a ``Sink`` subclass and a builder ``(agent) -> list[Sink]`` that reads the
+config, and list the builder in ``BUILDERS``. The agent starts every built sink before the tier loops (so no event is
+published before its subscribers exist), restarts a sink whose ``fingerprint`` changed on reload, and includes each
+sink's ``metrics()`` in /metrics and ``state()`` in /v1/state under ``sinks``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import trio
+from prometheus_client.core import Metric
+
+from nvdaemon.bus import EventBus
+from nvdaemon.model import Event
+
+if TYPE_CHECKING:
+    from nvdaemon.app import Agent
+
+
+class Sink(abc.ABC):
+    name: str  # unique task name and bus subscriber name, e.g. "webhook:backend.example"
+    critical: bool = False  # a sink failing repeatedly makes /healthz fail only if critical
+    capacity: int = 1024  # bus channel size: events beyond it while the sink lags are dropped and counted
+    events: trio.MemoryReceiveChannel[Event]
+    _bus: EventBus | None = None
+
+    @abc.abstractmethod
+    def fingerprint(self) -> Hashable:
+        """Everything in the config this sink depends on; a change restarts it on reload."""
+
+    @abc.abstractmethod
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Consume events until cancelled; flush what must not be lost in a shielded, deadline-bound finally."""
+
+    def attach(self, bus: EventBus) -> None:
+        """Subscribe to the bus; called once, when the agent adopts this sink."""
+        self._bus = bus
+        self.events = bus.subscribe(self.name, self.capacity)
+
+    def close(self) -> None:
+        """Unsubscribe; called when the sink is replaced or removed (after its task has stopped)."""
+        if self._bus is not None:
+            self._bus.unsubscribe(self.name)
+            self._bus = None
+
+    def metrics(self) -> Iterable[Metric]:
+        return ()
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+
+Builder = Callable[["Agent"], list[Sink]]
+
+BUILDERS: tuple[Builder, ...] = ()
+
+
+def build_sinks(agent: Agent) -> list[Sink]:
+    return [sink for builder in BUILDERS for sink in builder(agent)]

@@ -1,0 +1,78 @@
+"""The sink extension point: subscription outlives task restarts; reload keeps identical sinks, replaces changed."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+import nvdaemon.sinks
+from nvdaemon.app import Agent
+from nvdaemon.config import parse_config
+from nvdaemon.model import Event, Phase
+from nvdaemon.sinks import Sink
+from nvdaemon.supervise import Supervisor
+
+
+class Recorder(Sink):
+    def __init__(self, name: str, key: str, crash_first: int = 0) -> None:
+        self.name = name
+        self.key = key
+        self.crash_first = crash_first
+        self.received: list[str] = []
+
+    def fingerprint(self) -> Hashable:
+        return self.key
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async for event in self.events:
+            if self.crash_first:
+                self.crash_first -= 1
+                self.received.append(f"crashed-on-{event.id}")
+                raise RuntimeError("receiver bug")
+            self.received.append(event.id)
+
+
+def event(i: int) -> Event:
+    return Event(str(i), "n", "core", "cpu", "load_high", Phase.ENTER, "warning", i, 0.0)
+
+
+async def test_events_published_during_backoff_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    agent = Agent(parse_config(f"stateDir: {tmp_path}\n", "t.yaml", env={}))
+    built = [Recorder("rec", "v1", crash_first=1)]
+    monkeypatch.setattr(nvdaemon.sinks, "BUILDERS", (lambda _agent: built,))
+    async with trio.open_nursery() as nursery:
+        agent.supervisor = Supervisor(nursery)
+        await agent.sync_sinks()
+        sink = agent.sinks["rec"]
+        assert isinstance(sink, Recorder)
+        agent.bus.publish(event(1))  # crashes the sink
+        await trio.sleep(0.01)
+        assert agent.supervisor.tasks["rec"].state == "backoff"
+        agent.bus.publish(event(2))  # published while the task is down
+        await trio.sleep(120)
+        assert sink.received == ["crashed-on-1", "2"]
+        assert agent.supervisor.tasks["rec"].restarts == 1
+
+        # Reload with an identical sink: the running object is kept (no restart).
+        built[:] = [Recorder("rec", "v1")]
+        await agent.sync_sinks()
+        assert agent.sinks["rec"] is sink
+        # A changed fingerprint replaces it; a removed one is stopped and unsubscribed.
+        built[:] = [Recorder("rec", "v2")]
+        await agent.sync_sinks()
+        assert agent.sinks["rec"] is not sink
+        agent.bus.publish(event(3))
+        await trio.sleep(0.01)
+        new = agent.sinks["rec"]
+        assert isinstance(new, Recorder) and new.received == ["3"]
+        built[:] = []
+        await agent.sync_sinks()
+        assert agent.sinks == {} and "rec" not in agent.bus.subscriptions
+        nursery.cancel_scope.cancel()
