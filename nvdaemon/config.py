@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
-from nvdaemon.configcheck import ConfigIssue, check_against, locate, yaml_lines
+from nvdaemon.configcheck import ConfigIssue, check_against, duplicate_keys, locate, yaml_lines
 
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Count = Annotated[int, msgspec.Meta(ge=1)]
@@ -91,6 +91,10 @@ class NvsentinelSink(_Section):
 
 class StreamSink(_Section):
     enabled: bool = True
+    buffer_size: Count = 1000  # ring buffer of recent events replayed on connect
+    max_clients: Count = 64  # more websocket clients get HTTP 503 before the upgrade
+    client_queue: Count = 256  # events a client may lag behind before it is closed with 1013
+    ping_seconds: Seconds = 20.0
 
 
 class Sinks(_Section):
@@ -160,9 +164,14 @@ class LoadedConfig:
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _expand(value: Any, env: Mapping[str, str], path: str, issues: list[ConfigIssue]) -> Any:
-    """Replace ``${VAR}`` in every string of the parsed tree; an unset variable is an error at its key path."""
+def _expand(value: Any, env: Mapping[str, str], path: str, issues: list[ConfigIssue], expanded: set[str]) -> Any:
+    """Replace ``${VAR}`` in every string of the parsed tree; an unset variable is an error at its key path.
+
+    Paths whose value came from the environment are added to ``expanded``: errors never quote those values.
+    """
     if isinstance(value, str):
+        if _VAR.search(value):
+            expanded.add(path)
 
         def sub(match: re.Match[str]) -> str:
             name = match.group(1)
@@ -173,9 +182,9 @@ def _expand(value: Any, env: Mapping[str, str], path: str, issues: list[ConfigIs
 
         return _VAR.sub(sub, value)
     if isinstance(value, dict):
-        return {k: _expand(v, env, f"{path}.{k}" if path else str(k), issues) for k, v in value.items()}
+        return {k: _expand(v, env, f"{path}.{k}" if path else str(k), issues, expanded) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v, env, f"{path}[{i}]", issues) for i, v in enumerate(value)]
+        return [_expand(v, env, f"{path}[{i}]", issues, expanded) for i, v in enumerate(value)]
     return value
 
 
@@ -246,8 +255,10 @@ def parse_config(
     if not isinstance(raw, dict):
         raise ConfigError(source, [ConfigIssue("", "expected a mapping of config keys at the top level", 1)])
     issues: list[ConfigIssue] = []
-    raw = _expand(raw, env, "", issues)
-    issues += check_against(Config, raw)
+    expanded: set[str] = set()
+    raw = _expand(raw, env, "", issues, expanded)
+    issues += duplicate_keys(text)
+    issues += check_against(Config, raw, redact=expanded)
     issues += _semantic_checks(raw)
     if issues:
         raise ConfigError(source, locate(issues, lines))

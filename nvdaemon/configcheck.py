@@ -49,6 +49,30 @@ def yaml_lines(text: str) -> dict[str, int]:
     return out
 
 
+def duplicate_keys(text: str) -> list[ConfigIssue]:
+    """Keys given twice in one mapping: YAML loaders keep the last silently, which could drop a whole rules list."""
+    out: list[ConfigIssue] = []
+
+    def walk(node: yaml.Node, path: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key, value in node.value:
+                name = str(key.value)
+                sub = f"{path}.{name}" if path else name
+                if name in seen:
+                    out.append(ConfigIssue(sub, "key given twice in the same mapping", key.start_mark.line + 1))
+                seen.add(name)
+                walk(value, sub)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, f"{path}[{i}]")
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        walk(root, "")
+    return out
+
+
 def _describe(t: mi.Type) -> str:
     if isinstance(t, mi.StructType):
         return "a mapping"
@@ -114,16 +138,21 @@ def _matches(t: mi.Type, value: Any) -> bool:
     return True
 
 
-def _check(t: mi.Type, value: Any, path: str, out: list[ConfigIssue]) -> None:
+def _check(t: mi.Type, value: Any, path: str, out: list[ConfigIssue], redact: frozenset[str] | set[str]) -> None:
     if isinstance(t, mi.UnionType):
         for member in t.types:
             if _matches(member, value):
-                _check(member, value, path, out)
+                _check(member, value, path, out, redact)
                 return
         out.append(ConfigIssue(path, f"expected {_describe(t)}"))
         return
-    if isinstance(t, mi.LiteralType) and isinstance(value, str | int | float) and not _matches(t, value):
-        # Choices are never secrets, so echoing the wrong one helps spot the typo.
+    if (
+        isinstance(t, mi.LiteralType)
+        and isinstance(value, str | int | float)
+        and not _matches(t, value)
+        and path not in redact
+    ):
+        # Echoing a wrong choice helps spot the typo; a value that came from the environment is never echoed.
         out.append(ConfigIssue(path, f"expected {_describe(t)}, got {value!r}"))
         return
     if not _matches(t, value):
@@ -140,18 +169,20 @@ def _check(t: mi.Type, value: Any, path: str, out: list[ConfigIssue]) -> None:
         out.append(ConfigIssue(path, f"expected {_describe(t)}"))
     elif isinstance(t, mi.ListType):
         for i, item in enumerate(value):
-            _check(t.item_type, item, f"{path}[{i}]", out)
+            _check(t.item_type, item, f"{path}[{i}]", out, redact)
     elif isinstance(t, mi.DictType):
         for k, v in value.items():
             sub = f"{path}.{k}" if path else str(k)
             if not isinstance(k, str):
                 out.append(ConfigIssue(sub, "expected a string key"))
-            _check(t.value_type, v, sub, out)
+            _check(t.value_type, v, sub, out, redact)
     elif isinstance(t, mi.StructType):
-        _check_struct(t, value, path, out)
+        _check_struct(t, value, path, out, redact)
 
 
-def _check_struct(t: mi.StructType, value: dict[Any, Any], path: str, out: list[ConfigIssue]) -> None:
+def _check_struct(
+    t: mi.StructType, value: dict[Any, Any], path: str, out: list[ConfigIssue], redact: frozenset[str] | set[str]
+) -> None:
     fields = {f.encode_name: f for f in t.fields}
     for key, item in value.items():
         sub = f"{path}.{key}" if path else str(key)
@@ -161,7 +192,7 @@ def _check_struct(t: mi.StructType, value: dict[Any, Any], path: str, out: list[
             hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(fields))}"
             out.append(ConfigIssue(sub, f"unknown key{hint}"))
             continue
-        _check(field.type, item, sub, out)
+        _check(field.type, item, sub, out, redact)
     for name, field in fields.items():
         if field.required and name not in value:
             out.append(
@@ -171,10 +202,10 @@ def _check_struct(t: mi.StructType, value: dict[Any, Any], path: str, out: list[
             )
 
 
-def check_against(cls: type, raw: Any) -> list[ConfigIssue]:
-    """Every mismatch between ``raw`` and the struct ``cls``."""
+def check_against(cls: type, raw: Any, redact: frozenset[str] | set[str] = frozenset()) -> list[ConfigIssue]:
+    """Every mismatch between ``raw`` and the struct ``cls``; values at ``redact`` paths are never quoted."""
     out: list[ConfigIssue] = []
-    _check(mi.type_info(cls), raw, "", out)
+    _check(mi.type_info(cls), raw, "", out, redact)
     return out
 
 

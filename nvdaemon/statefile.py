@@ -38,7 +38,12 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def quarantine(path: Path, why: str) -> Path:
     """Move a damaged file aside (kept for a post-mortem) so the agent can start fresh instead of crash-looping."""
-    target = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+    stamp = int(time.time())
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 0
+    while target.exists():  # never overwrite an earlier damaged copy
+        n += 1
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
     os.replace(path, target)
     log.error("state file %s is unreadable (%s); moved to %s and starting fresh", path, why, target)
     return target

@@ -329,11 +329,6 @@ def test_secret_from_env_never_appears_in_errors() -> None:
     assert "TOPSECRET" not in str(err)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="configcheck._check echoes a wrong value of a Literal-typed key (`got 'whsec_...'`), even when the value "
-    "came from ${VAR} expansion; config.py promises errors never echo string values",
-)
 def test_secret_from_env_in_a_choice_key_never_appears_in_errors() -> None:
     err = errors(
         "sinks:\n  webhook:\n    - url: https://a.example/\n      mode: ${S}\n",
@@ -503,3 +498,11 @@ def test_node_name_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse("node: explicit\n", env={"NODE_NAME": "env"}).node == "explicit"
     assert parse("tiers: [core]\n", env={"NODE_NAME": "env"}).node == "env"
     assert parse("tiers: [core]\n", env={}).node == "the-host"
+
+
+def test_duplicate_keys_are_rejected_not_silently_merged() -> None:
+    text = "rules:\n  - {metric: load1, condition: a, threshold: 1}\nintervalSeconds: 5\nrules: []\n"
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "dup.yaml", env={})
+    assert [(i.path, i.line) for i in err.value.issues] == [("rules", 4)]
+    assert "given twice" in str(err.value)

@@ -112,11 +112,6 @@ def test_quarantine_logs_the_reason(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert str(moved) in caplog.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="quarantine names the copy <name>.corrupt-<whole seconds> and moves it with os.replace, so a second "
-    "quarantine of the same file within one second silently overwrites the first damaged copy",
-)
 def test_two_quarantines_in_one_second_keep_both_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(time, "time", lambda: 1_733_140_000.25)
     target = tmp_path / "engine.json"
