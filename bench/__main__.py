@@ -52,6 +52,33 @@ def cycle_cpu(host_root: Path | None) -> dict[str, float]:
     return trio.run(main)
 
 
+def render_cost(host_root: Path | None) -> dict[str, float]:
+    """Uncached /metrics render of one core-tier snapshot (what a scrape costs right after each tick)."""
+    from nvdaemon.app import Agent
+    from nvdaemon.config import parse_config
+    from nvdaemon.server.metrics import MetricsCache
+
+    roots = HostRoots.under(host_root) if host_root else HostRoots()
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = Agent(parse_config(f"stateDir: {tmp}\n", "bench", env={}))
+
+        async def snapshot() -> None:
+            runners = [CollectorRunner(c, trio.CapacityLimiter(4)) for c in collectors_for_tier("core")]
+            for _ in range(2):  # two ticks, so cpu utilisation samples exist
+                agent.on_snapshot(await collect_tier("core", runners, roots, 5.0))
+
+        trio.run(snapshot)
+        cache = MetricsCache(agent)
+        times = []
+        for _ in range(200):
+            agent.changes += 1  # invalidate the cache: measure a full render every time
+            t0 = time.perf_counter()
+            cache.render()
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return {"render_p50_ms": statistics.median(times) * 1000, "render_p99_ms": times[197] * 1000}
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -109,6 +136,7 @@ def main() -> int:
     results: dict[str, Any] = {"host_root": host or "/"}
     print(f"core-tier cycle: {CYCLES} cycles on {host or 'this host'} ...", flush=True)
     results.update(cycle_cpu(Path(host) if host else None))
+    results.update(render_cost(Path(host) if host else None))
     print(f"/metrics: {SCRAPES} scrapes of a running agent ...", flush=True)
     results.update(scrape_latency())
     width = max(len(k) for k in results)

@@ -1,0 +1,282 @@
+"""The durable webhook spool: one sqlite file, ``stateDir/spool.db``, in WAL mode.
+
+Layout: each endpoint keeps its own copy of every event it must deliver (table ``spool``, keyed by the endpoint id,
+which is the sink name). A copy per endpoint costs bytes but buys isolation: one dead receiver can fill only its own
+share, never evict what a healthy receiver still has to get, and each endpoint's cursor is simply its oldest pending
+row. ``spool.maxEvents`` and ``spool.maxBytes`` therefore bound each endpoint's share (pending and dead letters).
+
+Durability: an ingest batch is committed with ``synchronous=FULL`` before the sink takes the next event off the bus.
+Delivery bookkeeping (delete on 2xx, attempt counts) commits at ``NORMAL``: a crash can lose at most that
+bookkeeping, which shows up as a duplicate delivery, never as a lost event.
+
+Overflow order when a share is over a bound: dead letters first (oldest first), then pending events of the lowest
+severity (info, then warning, then critical), oldest first within a severity. Each drop is counted with its reason,
+``spool_full_events`` or ``spool_full_bytes``.
+
+``SpoolDB`` is synchronous (the CLI uses it directly). ``Spool`` wraps it for trio: every sqlite call runs in a worker
+thread under one ``CapacityLimiter(1)``, so the connection (``check_same_thread=False``) is only ever used by one
+thread at a time, and a commit that has started finishes even if the caller is cancelled.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+from nvdaemon.statefile import ensure_dir
+
+FILE = "spool.db"
+PENDING, DEAD = 0, 1
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spool (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  endpoint TEXT NOT NULL,
+  event_id TEXT NOT NULL,
+  severity INTEGER NOT NULL,
+  enqueued REAL NOT NULL,
+  state INTEGER NOT NULL DEFAULT 0,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT,
+  dead_reason TEXT,
+  body BLOB NOT NULL,
+  UNIQUE (endpoint, event_id)
+);
+CREATE INDEX IF NOT EXISTS spool_head ON spool (endpoint, state, seq);
+CREATE INDEX IF NOT EXISTS spool_evict ON spool (endpoint, state, severity, seq);
+CREATE TABLE IF NOT EXISTS endpoints (
+  endpoint TEXT PRIMARY KEY,
+  disabled_url TEXT NOT NULL,
+  disabled_at REAL NOT NULL,
+  reason TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    seq: int
+    endpoint: str
+    event_id: str
+    severity: int
+    enqueued: float
+    state: int
+    attempts: int
+    last_error: str | None
+    dead_reason: str | None
+    body: bytes
+
+
+@dataclass
+class Share:
+    """One endpoint's part of the spool, cached so bounds checks never scan the table."""
+
+    pending: int = 0
+    dead: int = 0
+    bytes: int = 0
+
+    @property
+    def events(self) -> int:
+        return self.pending + self.dead
+
+
+_COLUMNS = "seq, endpoint, event_id, severity, enqueued, state, attempts, last_error, dead_reason, body"
+
+
+class SpoolDB:
+    def __init__(self, path: Path) -> None:
+        ensure_dir(path.parent)
+        self.path = path
+        self.db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.executescript(_SCHEMA)
+        path.chmod(0o600)
+        self._shares: dict[str, Share] = {}
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _tx(self, sync: str, fn: Callable[[], T]) -> T:
+        self.db.execute(f"PRAGMA synchronous={sync}")
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn()
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+        return result
+
+    def share(self, endpoint: str, refresh: bool = False) -> Share:
+        sh = self._shares.get(endpoint)
+        if sh is None or refresh:
+            sh = Share()
+            for state, n, size in self.db.execute(
+                "SELECT state, COUNT(*), COALESCE(SUM(length(body)), 0) FROM spool WHERE endpoint = ? GROUP BY state",
+                (endpoint,),
+            ):
+                sh.bytes += size
+                if state == PENDING:
+                    sh.pending = n
+                else:
+                    sh.dead += n
+            self._shares[endpoint] = sh
+        return sh
+
+    # ---- ingest ---------------------------------------------------------------------------------------------
+    def add(
+        self, endpoint: str, items: Sequence[tuple[str, int, bytes]], max_events: int, max_bytes: int
+    ) -> dict[str, int]:
+        """Commit ``(event_id, severity, body)`` items durably, then enforce the bounds; return drops by reason."""
+        sh = self.share(endpoint)
+        now = time.time()
+
+        def work() -> dict[str, int]:
+            for event_id, severity, body in items:
+                cur = self.db.execute(
+                    "INSERT OR IGNORE INTO spool (endpoint, event_id, severity, enqueued, body) VALUES (?, ?, ?, ?, ?)",
+                    (endpoint, event_id, severity, now, body),
+                )
+                if cur.rowcount:
+                    sh.pending += 1
+                    sh.bytes += len(body)
+            drops: dict[str, int] = {}
+            if sh.events > max_events:
+                drops["spool_full_events"] = self._evict(endpoint, sh, lambda: sh.events > max_events)
+            if sh.bytes > max_bytes:
+                drops["spool_full_bytes"] = self._evict(endpoint, sh, lambda: sh.bytes > max_bytes)
+            return drops
+
+        try:
+            return self._tx("FULL", work)
+        except BaseException:
+            self.share(endpoint, refresh=True)
+            raise
+
+    def _evict(self, endpoint: str, sh: Share, over: Callable[[], bool]) -> int:
+        victims = self.db.execute(
+            "SELECT seq, state, length(body) FROM spool WHERE endpoint = ? ORDER BY state DESC, severity, seq",
+            (endpoint,),
+        )
+        gone: list[tuple[int]] = []
+        for seq, state, size in victims:
+            if not over():
+                break
+            gone.append((seq,))
+            sh.bytes -= size
+            if state == PENDING:
+                sh.pending -= 1
+            else:
+                sh.dead -= 1
+        victims.close()
+        self.db.executemany("DELETE FROM spool WHERE seq = ?", gone)
+        return len(gone)
+
+    # ---- delivery -------------------------------------------------------------------------------------------
+    def head(self, endpoint: str) -> Row | None:
+        """The oldest pending event of ``endpoint``: its cursor."""
+        r = self.db.execute(
+            f"SELECT {_COLUMNS} FROM spool WHERE endpoint = ? AND state = {PENDING} ORDER BY seq LIMIT 1", (endpoint,)
+        ).fetchone()
+        return Row(*r) if r else None
+
+    def delivered(self, endpoint: str, seq: int) -> None:
+        sh = self.share(endpoint)
+
+        def work() -> None:
+            r = self.db.execute("DELETE FROM spool WHERE seq = ? RETURNING length(body)", (seq,)).fetchone()
+            if r is not None:
+                sh.pending -= 1
+                sh.bytes -= r[0]
+
+        self._tx("NORMAL", work)
+
+    def attempted(self, seq: int, attempts: int, error: str) -> None:
+        self._tx(
+            "NORMAL",
+            lambda: self.db.execute("UPDATE spool SET attempts = ?, last_error = ? WHERE seq = ?", (attempts, error, seq)),
+        )
+
+    def bury(self, endpoint: str, seq: int, attempts: int, reason: str, error: str) -> None:
+        """Make a pending event a dead letter: kept for ``nvdaemon spool list`` / ``retry``, no longer sent."""
+        sh = self.share(endpoint)
+
+        def work() -> None:
+            cur = self.db.execute(
+                f"UPDATE spool SET state = {DEAD}, attempts = ?, dead_reason = ?, last_error = ? "
+                f"WHERE seq = ? AND state = {PENDING}",
+                (attempts, reason, error, seq),
+            )
+            if cur.rowcount:
+                sh.pending -= 1
+                sh.dead += 1
+
+        self._tx("NORMAL", work)
+
+    # ---- endpoints disabled by 410 --------------------------------------------------------------------------
+    def disabled(self, endpoint: str, url_hash: str) -> str | None:
+        r = self.db.execute(
+            "SELECT reason FROM endpoints WHERE endpoint = ? AND disabled_url = ?", (endpoint, url_hash)
+        ).fetchone()
+        return str(r[0]) if r else None
+
+    def disable(self, endpoint: str, url_hash: str, reason: str) -> None:
+        self._tx(
+            "FULL",
+            lambda: self.db.execute(
+                "INSERT OR REPLACE INTO endpoints VALUES (?, ?, ?, ?)", (endpoint, url_hash, time.time(), reason)
+            ),
+        )
+
+    # ---- inspection (CLI) -----------------------------------------------------------------------------------
+    def rows(self, state: int | None = None) -> list[Row]:
+        where = "" if state is None else f"WHERE state = {int(state)}"
+        return [Row(*r) for r in self.db.execute(f"SELECT {_COLUMNS} FROM spool {where} ORDER BY endpoint, seq")]
+
+    def disabled_endpoints(self) -> list[tuple[str, float, str]]:
+        return [(str(a), float(b), str(c)) for a, b, c in self.db.execute("SELECT endpoint, disabled_at, reason FROM endpoints")]
+
+    def retry(self, event_ids: Sequence[str] = ()) -> int:
+        """Dead letters (all, or those with the given event ids) become pending again, with a fresh age and no
+        attempts; endpoints disabled by a 410 are enabled again. Returns how many events were revived."""
+
+        def work() -> int:
+            sql = f"UPDATE spool SET state = {PENDING}, attempts = 0, dead_reason = NULL, enqueued = ? WHERE state = {DEAD}"
+            args: list[Any] = [time.time()]
+            if event_ids:
+                sql += f" AND event_id IN ({','.join('?' * len(event_ids))})"
+                args += list(event_ids)
+            n = self.db.execute(sql, args).rowcount
+            self.db.execute("DELETE FROM endpoints")
+            return int(n)
+
+        n = self._tx("FULL", work)
+        self._shares.clear()
+        return n
+
+
+class Spool:
+    """``SpoolDB`` for trio: every call in a worker thread, one at a time."""
+
+    def __init__(self, db: SpoolDB) -> None:
+        self.db = db
+        self.limiter = trio.CapacityLimiter(1)
+
+    @classmethod
+    async def open(cls, state_dir: Path) -> Spool:
+        return cls(await trio.to_thread.run_sync(SpoolDB, state_dir / FILE))
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self.limiter)
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await self.call(self.db.close)
