@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
-from nvdaemon.configcheck import ConfigIssue, check_against, duplicate_keys, locate, yaml_lines
+from nvdaemon.configcheck import ConfigIssue, check_against, locate, yaml_index
 
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Count = Annotated[int, msgspec.Meta(ge=1)]
@@ -245,7 +245,7 @@ def parse_config(
     env = os.environ if env is None else env
     try:
         raw = yaml.safe_load(text)
-        lines = yaml_lines(text)
+        lines, duplicates = yaml_index(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -257,7 +257,7 @@ def parse_config(
     issues: list[ConfigIssue] = []
     expanded: set[str] = set()
     raw = _expand(raw, env, "", issues, expanded)
-    issues += duplicate_keys(text)
+    issues += duplicates
     issues += check_against(Config, raw, redact=expanded)
     issues += _semantic_checks(raw)
     if issues:

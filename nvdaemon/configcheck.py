@@ -26,43 +26,25 @@ class ConfigIssue:
         return f":{self.line}" if self.line is not None else ""
 
 
-def yaml_lines(text: str) -> dict[str, int]:
-    """Map each key path (``rules[0].op``) to the 1-based line where its value starts."""
-    out: dict[str, int] = {}
+def yaml_index(text: str) -> tuple[dict[str, int], list[ConfigIssue]]:
+    """Walk the YAML node tree once: the 1-based line of each key path (``rules[0].op``), and the keys given twice
+    in one mapping (YAML loaders silently keep the last, which could drop a whole rules list)."""
+    lines: dict[str, int] = {}
+    duplicates: list[ConfigIssue] = []
 
     def walk(node: yaml.Node, path: str) -> None:
-        out.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                name = str(key.value)
-                sub = f"{path}.{name}" if path else name
-                out[sub] = key.start_mark.line + 1
-                walk(value, sub)
-                out[sub] = key.start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, f"{path}[{i}]")
-
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
-    if root is not None:
-        walk(root, "")
-    return out
-
-
-def duplicate_keys(text: str) -> list[ConfigIssue]:
-    """Keys given twice in one mapping: YAML loaders keep the last silently, which could drop a whole rules list."""
-    out: list[ConfigIssue] = []
-
-    def walk(node: yaml.Node, path: str) -> None:
+        lines.setdefault(path, node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
             seen: set[str] = set()
             for key, value in node.value:
                 name = str(key.value)
                 sub = f"{path}.{name}" if path else name
+                line = key.start_mark.line + 1
                 if name in seen:
-                    out.append(ConfigIssue(sub, "key given twice in the same mapping", key.start_mark.line + 1))
+                    duplicates.append(ConfigIssue(sub, "key given twice in the same mapping", line))
                 seen.add(name)
                 walk(value, sub)
+                lines[sub] = line
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
                 walk(item, f"{path}[{i}]")
@@ -70,7 +52,7 @@ def duplicate_keys(text: str) -> list[ConfigIssue]:
     root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is not None:
         walk(root, "")
-    return out
+    return lines, duplicates
 
 
 def _describe(t: mi.Type) -> str:
