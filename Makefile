@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean proto
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
+
+# NVSentinel stubs, committed; the -I mapping makes them importable as nvdaemon.proto.health_event_pb2.
+# tests/nvsentinel/test_proto.py runs the same command and fails when the committed files differ.
+proto: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -Invdaemon/proto=protos --python_out=. --pyi_out=. --grpc_python_out=. \
+		nvdaemon/proto/health_event.proto
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

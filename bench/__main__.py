@@ -2,7 +2,11 @@
 
 - CPU time per core-tier collection cycle (this host's /proc and /sys, all nine collectors, read+parse+interpret);
 - ``/metrics`` latency p50/p99 over 500 scrapes of a running agent (subprocess, embedded default, this host);
-- the agent's RSS after start and after the scrapes (from /proc/<pid>/status).
+- the agent's RSS after start and after the scrapes (from /proc/<pid>/status);
+- ``/v1/events`` fan-out latency p50/p99 to 100 websocket clients at 100 and 1,000 events/s, drops counted
+  (``bench/stream.py``);
+- webhook: signed events per second to a loopback receiver, emission-to-receipt p50/p99 with no backlog, and the
+  agent's RSS with 100,000 events spooled (``bench/webhook.py``).
 
 Results are printed as a table and written to bench/results.json.
 """
@@ -139,6 +143,17 @@ def main() -> int:
     results.update(render_cost(Path(host) if host else None))
     print(f"/metrics: {SCRAPES} scrapes of a running agent ...", flush=True)
     results.update(scrape_latency())
+    from bench.stream import CLIENTS, RATE, fanout_latency
+
+    for rate in (RATE // 10, RATE):
+        print(f"/v1/events: fan-out to {CLIENTS} websocket clients at {rate} events/s ...", flush=True)
+        results.update(fanout_latency(rate))
+    from bench.webhook import SPOOLED, delivery, spooled_rss
+
+    print("webhook: signed delivery to a loopback receiver; agent RSS with a full spool ...", flush=True)
+    results.update(delivery())
+    print(f"webhook: agent RSS with {SPOOLED} events spooled ...", flush=True)
+    results.update(spooled_rss())
     width = max(len(k) for k in results)
     for key, value in results.items():
         shown = f"{value:.3f}" if isinstance(value, float) else str(value)

@@ -1,4 +1,5 @@
-"""Command line: ``nvdaemon run``, ``nvdaemon check-config FILE``, ``nvdaemon state [URL]``.
+"""Command line: ``nvdaemon run``, ``nvdaemon check-config FILE``, ``nvdaemon state [URL]``,
+``nvdaemon spool list|retry``, ``nvdaemon webhook test URL``.
 
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or an invalid config (every error listed on stderr).
 """
@@ -13,8 +14,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from nvdaemon import __version__
+from nvdaemon import __version__, tail
 from nvdaemon.config import ConfigError, LoadedConfig, load_config
+from nvdaemon.sinks import webhook_cli
 
 EXIT_CONFIG = 2
 DEFAULT_URL = "http://127.0.0.1:9847"
@@ -35,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     state = sub.add_parser("state", help="print a running agent's /v1/state")
     state.add_argument("url", nargs="?", default=DEFAULT_URL)
     state.add_argument("--token-file", help="file holding the API bearer token")
+    webhook_cli.add_parsers(sub)  # spool list|retry, webhook test
+    tail.add_parser(sub, DEFAULT_URL)
     return p
 
 
@@ -92,4 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         c = loaded.config
         print(f"{args.file}: ok (node {loaded.node}, tiers {','.join(loaded.tiers)}, {len(c.rules)} rule(s))")
         return 0
+    if args.command == "tail":
+        return tail.cli(args)
+    if args.command in webhook_cli.COMMANDS:
+        return webhook_cli.main(args, lambda path: _load(path, None))
     return _state(args)

@@ -20,6 +20,8 @@ import msgspec
 import yaml
 
 from nvdaemon.configcheck import ConfigIssue, check_against, locate, yaml_index
+from nvdaemon.sinks.nvsentinel_config import normalise_xid_keys, nvsentinel_issues
+from nvdaemon.sinks.webhook_config import webhook_issues
 
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Count = Annotated[int, msgspec.Meta(ge=1)]
@@ -29,6 +31,32 @@ DEFAULT_LISTEN = "127.0.0.1:9847"
 
 class _Section(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
     """Base of every config struct: camelCase keys, unknown keys rejected."""
+
+
+RecommendedActionName = Literal[
+    "NONE",
+    "COMPONENT_RESET",
+    "CONTACT_SUPPORT",
+    "RUN_FIELDDIAG",
+    "RESTART_VM",
+    "RESTART_BM",
+    "REPLACE_VM",
+    "RUN_DCGMEUD",
+    "CUSTOM",
+    "UNKNOWN",
+]
+ProcessingStrategyName = Literal["EXECUTE_REMEDIATION", "STORE_ONLY", "STORE_AND_ANALYSE"]
+
+
+class RuleNvsentinel(_Section):
+    """How a rule's condition is reported to NVSentinel; unset fields take the defaults of sinks/nvsentinel_map.py."""
+
+    check_name: str = ""  # default: Nvdaemon + the condition in CamelCase
+    component_class: str = ""  # default: from the tier, metric and device (CPU, Memory, Disk, NIC, GPU, Node)
+    fatal: bool | None = None  # default: severity is critical
+    recommended_action: RecommendedActionName | None = None  # default: CONTACT_SUPPORT when fatal, else NONE
+    custom_recommended_action: str = ""  # required with recommendedAction CUSTOM
+    processing_strategy: ProcessingStrategyName | None = None  # default: sinks.nvsentinel.processingStrategy
 
 
 class Rule(_Section):
@@ -44,6 +72,7 @@ class Rule(_Section):
     enter_for: Count = 1  # consecutive breaching samples before ENTER
     exit_for: Count = 1  # consecutive clear samples before EXIT
     rate: bool = False  # compare the per-second increase of a counter instead of its value
+    nvsentinel: RuleNvsentinel | None = None  # NVSentinel HealthEvent overrides (sinks.nvsentinel)
 
 
 class ServerConfig(_Section):
@@ -74,7 +103,13 @@ class WebhookSink(_Section):
     secrets: list[str] = msgspec.field(default_factory=list)
     secret_file: str = ""
     mode: Literal["structured", "binary"] = "structured"
-    timeout_seconds: Seconds = 10.0
+    timeout_seconds: Seconds = 15.0
+    max_age_hours: Seconds = 72.0
+    max_attempts: Count = 3
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    allow_insecure: bool = False
+    backoff_base_seconds: Seconds = 1.0
+    backoff_max_seconds: Seconds = 300.0
 
 
 class MetricsSink(_Section):
@@ -85,8 +120,16 @@ class MetricsSink(_Section):
 class NvsentinelSink(_Section):
     enabled: bool = False
     socket_path: str = "/var/run/nvsentinel.sock"
-    token_path: str = "/var/run/secrets/nvsentinel/platform-connector/token"
+    token_path: str = "/var/run/secrets/nvsentinel/platform-connector/token"  # "": no authorization header
     agent: str = "nvdaemon"
+    processing_strategy: ProcessingStrategyName = "EXECUTE_REMEDIATION"  # STORE_ONLY for an observe-only rollout
+    healthy_baseline: bool = True  # a healthy event for every configured check the first time it is seen
+    xid_actions: dict[str, RecommendedActionName] = msgspec.field(default_factory=dict)  # XID -> action overrides
+    call_timeout_seconds: Seconds = 5.0
+    max_attempts: Count = 5  # per difference and tick, on UNAVAILABLE / DEADLINE_EXCEEDED / reset / broken pipe
+    retry_initial_seconds: Seconds = 2.0
+    retry_multiplier: Annotated[float, msgspec.Meta(ge=1)] = 1.5
+    retry_jitter: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.1  # +-10 % of each delay
 
 
 class StreamSink(_Section):
@@ -232,9 +275,8 @@ def _semantic_checks(raw: dict[str, Any]) -> list[ConfigIssue]:
         seen.setdefault(key, i)
     hooks = _sub(sinks, "webhook", list)
     for i, hook in enumerate(hooks):
-        url = hook.get("url") if isinstance(hook, dict) else None
-        if isinstance(url, str) and not re.match(r"^https?://", url):
-            issues.append(ConfigIssue(f"sinks.webhook[{i}].url", "expected an http:// or https:// URL"))
+        issues += webhook_issues(hook, f"sinks.webhook[{i}]")  # https or loopback, one secret source, headers
+    issues += nvsentinel_issues(raw)  # CUSTOM needs its text, check names, XID numbers
     return issues
 
 
@@ -257,6 +299,7 @@ def parse_config(
     issues: list[ConfigIssue] = []
     expanded: set[str] = set()
     raw = _expand(raw, env, "", issues, expanded)
+    normalise_xid_keys(raw)  # `xidActions: {79: RESTART_BM}`: YAML reads 79 as an int
     issues += duplicates
     issues += check_against(Config, raw, redact=expanded)
     issues += _semantic_checks(raw)

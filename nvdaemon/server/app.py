@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import hmac
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
-from quart import Response, request
+from quart import Response, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from nvdaemon.server import stream_routes
 from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
 from nvdaemon.server.state import state_document
 
@@ -42,19 +44,29 @@ def read_token(path: str) -> bytes | None:
 def build_app(agent: Agent) -> QuartTrio:
     app = QuartTrio("nvdaemon")
     app.config["MAX_CONTENT_LENGTH"] = agent.loaded.config.server.max_request_bytes
+    app.config["BODY_TIMEOUT"] = max(1, round(agent.loaded.config.server.header_timeout_seconds))
     metrics = MetricsCache(agent)
     token = read_token(agent.loaded.config.server.api_token_file)
 
     def json_response(body: dict[str, Any], status: int) -> Response:
         return Response(_json(body), status=status, content_type="application/json")
 
+    def authorized(path: str, given: str) -> bool:
+        if token is None or not path.startswith("/v1/"):
+            return True
+        scheme, _, value = given.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token)
+
     @app.before_request
     async def guard() -> Response | None:
-        if token is not None and request.path.startswith("/v1/"):
-            given = request.headers.get("Authorization", "")
-            scheme, _, value = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token):
-                return json_response({"error": "unauthorized"}, 401)
+        if not authorized(request.path, request.headers.get("Authorization", "")):
+            return json_response({"error": "unauthorized"}, 401)
+        return None
+
+    @app.before_websocket
+    async def guard_websocket() -> Response | None:  # refused with HTTP 401 before the upgrade
+        if not authorized(websocket.path, websocket.headers.get("Authorization", "")):
+            return json_response({"error": "unauthorized"}, 401)
         return None
 
     @app.get("/metrics")
@@ -82,6 +94,7 @@ def build_app(agent: Agent) -> QuartTrio:
         code = exc.code or 500
         return json_response({"error": (exc.name or "error").lower(), "status": code}, code)
 
+    stream_routes.register(app, agent)
     return app
 
 
@@ -91,20 +104,39 @@ def _json(body: dict[str, Any]) -> bytes:
     return msgspec.json.encode(body)
 
 
+class _HypercornConfig(HypercornConfig):
+    """Listening sockets with TCP_USER_TIMEOUT (inherited by accepted ones): a peer that leaves sent data
+    unacknowledged, or keeps its receive window shut, for that long is aborted by the kernel. Hypercorn writes with
+    a shielded ``send_all``; without this a websocket client that stops reading would hold its connection, and the
+    agent's shutdown, for ever."""
+
+    user_timeout_ms = 0
+
+    def create_sockets(self) -> Any:
+        sockets = super().create_sockets()
+        for sock in sockets.insecure_sockets:
+            if self.user_timeout_ms and sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, self.user_timeout_ms)
+        return sockets
+
+
 async def serve_http(agent: Agent, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve until ``agent.http_shutdown`` is set (hypercorn's own graceful stop, not a cancellation)."""
     cfg = agent.loaded.config
-    hc = HypercornConfig()
+    hc = _HypercornConfig()
     hc.bind = [cfg.sinks.metrics.listen_addr]
     hc.accesslog = None
     hc.errorlog = logging.getLogger("nvdaemon.http")
     hc.graceful_timeout = min(5.0, cfg.shutdown_grace_seconds / 2)
-    # A client that stops sending mid-request is dropped after read_timeout; hypercorn then closes the socket when
-    # its idle timer fires, so both are set: together they bound how long a slow client can hold a connection.
-    # (A websocket endpoint whose clients stay silent for long will need read_timeout off for those connections.)
+    # Slow clients. Until a request's head is complete hypercorn's idle timer (keep_alive_timeout) runs, so a client
+    # dribbling headers is cut off after headerTimeoutSeconds; the same timer closes idle keep-alive connections.
+    # read_timeout stays off: it wraps every socket read, so it would also cut /v1/events websocket clients that have
+    # nothing to say. A stalled request body is bounded by BODY_TIMEOUT (build_app), and a peer that stops reading
+    # what we send, or acknowledging it, is cut off by the kernel (TCP_USER_TIMEOUT, _HypercornConfig).
     limit = max(1, round(cfg.server.header_timeout_seconds))
-    hc.read_timeout = limit
+    hc.read_timeout = None
     hc.keep_alive_timeout = limit
+    hc.user_timeout_ms = limit * 1000
     hc.h11_max_incomplete_size = 16 * 1024
     hc.include_server_header = False
     app = build_app(agent)

@@ -61,7 +61,26 @@ class Sink(abc.ABC):
 
 Builder = Callable[["Agent"], list[Sink]]
 
-BUILDERS: tuple[Builder, ...] = ()
+
+def _stream(agent: Agent) -> list[Sink]:
+    from nvdaemon.sinks.stream import build  # imported late: the sink modules import this one
+
+    return build(agent)
+
+
+def _webhook(agent: Agent) -> list[Sink]:
+    from nvdaemon.sinks.webhook import build
+
+    return build(agent)
+
+
+def _nvsentinel(agent: Agent) -> list[Sink]:
+    from nvdaemon.sinks.nvsentinel import build  # only when sinks.nvsentinel.enabled
+
+    return build(agent)
+
+
+BUILDERS: tuple[Builder, ...] = (_stream, _webhook, _nvsentinel)
 
 
 def build_sinks(agent: Agent) -> list[Sink]:

@@ -133,11 +133,16 @@ class SpoolDB:
 
     # ---- ingest ---------------------------------------------------------------------------------------------
     def add(
-        self, endpoint: str, items: Sequence[tuple[str, int, bytes]], max_events: int, max_bytes: int
+        self,
+        endpoint: str,
+        items: Sequence[tuple[str, int, bytes]],
+        max_events: int,
+        max_bytes: int,
+        now: float | None = None,
     ) -> dict[str, int]:
         """Commit ``(event_id, severity, body)`` items durably, then enforce the bounds; return drops by reason."""
         sh = self.share(endpoint)
-        now = time.time()
+        now = time.time() if now is None else now
 
         def work() -> dict[str, int]:
             for event_id, severity, body in items:
@@ -188,7 +193,8 @@ class SpoolDB:
         ).fetchone()
         return Row(*r) if r else None
 
-    def delivered(self, endpoint: str, seq: int) -> None:
+    def delivered(self, endpoint: str, seq: int) -> Row | None:
+        """Forget a delivered event; return the endpoint's next pending one (the sender's next read)."""
         sh = self.share(endpoint)
 
         def work() -> None:
@@ -198,11 +204,14 @@ class SpoolDB:
                 sh.bytes -= r[0]
 
         self._tx("NORMAL", work)
+        return self.head(endpoint)
 
     def attempted(self, seq: int, attempts: int, error: str) -> None:
         self._tx(
             "NORMAL",
-            lambda: self.db.execute("UPDATE spool SET attempts = ?, last_error = ? WHERE seq = ?", (attempts, error, seq)),
+            lambda: self.db.execute(
+                "UPDATE spool SET attempts = ?, last_error = ? WHERE seq = ?", (attempts, error, seq)
+            ),
         )
 
     def bury(self, endpoint: str, seq: int, attempts: int, reason: str, error: str) -> None:
@@ -242,14 +251,20 @@ class SpoolDB:
         return [Row(*r) for r in self.db.execute(f"SELECT {_COLUMNS} FROM spool {where} ORDER BY endpoint, seq")]
 
     def disabled_endpoints(self) -> list[tuple[str, float, str]]:
-        return [(str(a), float(b), str(c)) for a, b, c in self.db.execute("SELECT endpoint, disabled_at, reason FROM endpoints")]
+        return [
+            (str(a), float(b), str(c))
+            for a, b, c in self.db.execute("SELECT endpoint, disabled_at, reason FROM endpoints")
+        ]
 
     def retry(self, event_ids: Sequence[str] = ()) -> int:
         """Dead letters (all, or those with the given event ids) become pending again, with a fresh age and no
         attempts; endpoints disabled by a 410 are enabled again. Returns how many events were revived."""
 
         def work() -> int:
-            sql = f"UPDATE spool SET state = {PENDING}, attempts = 0, dead_reason = NULL, enqueued = ? WHERE state = {DEAD}"
+            sql = (
+                f"UPDATE spool SET state = {PENDING}, attempts = 0, dead_reason = NULL, enqueued = ? "
+                f"WHERE state = {DEAD}"
+            )
             args: list[Any] = [time.time()]
             if event_ids:
                 sql += f" AND event_id IN ({','.join('?' * len(event_ids))})"

@@ -1,0 +1,188 @@
+"""Webhook delivery figures for ``make bench``:
+
+- events per second delivered, signed, to a loopback receiver (2,000 events published at once; the real spool);
+- p50/p99 latency from emission (``bus.publish``) to receipt by the receiver, one event at a time (no backlog);
+- the agent's RSS (a ``nvdaemon run`` subprocess) with 100,000 events in its spool and its receiver down.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from nvdaemon.bus import EventBus
+from nvdaemon.config import SpoolConfig, WebhookSink
+from nvdaemon.model import Event, Phase, new_event_id
+from nvdaemon.sinks.spool import FILE, SpoolDB
+from nvdaemon.sinks.webhook import WebhookEndpoint
+
+THROUGHPUT_EVENTS = 2000
+LATENCY_EVENTS = 300
+SPOOLED = 100_000
+SECRET = "whsec_YmVuY2gtc2VjcmV0LWJlbmNoLXNlY3JldC0xMjM0NTY3OA=="
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Sink:
+    """A keep-alive loopback receiver that notes when each webhook-id arrived (perf_counter)."""
+
+    def __init__(self) -> None:
+        self.arrived: dict[str, float] = {}
+        self.cond = threading.Condition()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                with sink.cond:
+                    sink.arrived[self.headers["webhook-id"]] = time.perf_counter()
+                    sink.cond.notify_all()
+                self.send_response(204)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def event(i: int) -> Event:
+    now = time.time()
+    return Event(
+        id=new_event_id(now),
+        node="bench-node",
+        tier="core",
+        device=f"nvme{i % 8}n1",
+        condition="smart_pending_sectors",
+        phase=Phase.ENTER,
+        severity=("info", "warning", "critical")[i % 3],
+        seq=i,
+        started_at=now,
+        detail={"value": float(i), "threshold": 0.0, "metric": "smart_pending_sectors", "labels": {}},
+    )
+
+
+def delivery() -> dict[str, float]:
+    rx = Sink()
+    hook = msgspec.convert({"url": rx.url, "secret": SECRET}, WebhookSink)
+
+    async def main(state: Path) -> dict[str, float]:
+        bus = EventBus()
+        sink = WebhookEndpoint("webhook:bench", hook, SpoolConfig(), state)
+        sink.attach(bus)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(sink.serve)
+            # Throughput: everything published at once, delivered one ordered request at a time.
+            events = [event(i) for i in range(THROUGHPUT_EVENTS)]
+            t0 = time.perf_counter()
+            for ev in events:
+                bus.publish(ev)
+            while sink.attempts.get("success", 0) < THROUGHPUT_EVENTS:  # noqa: ASYNC110 (a poll, on purpose)
+                await trio.sleep(0.005)
+            rate = THROUGHPUT_EVENTS / (time.perf_counter() - t0)
+            # Latency with no backlog: one event at a time, emission to receipt.
+            lat = []
+            for i in range(LATENCY_EVENTS):
+                ev = event(i)
+                sent = time.perf_counter()
+                bus.publish(ev)
+                while ev.id not in rx.arrived:  # noqa: ASYNC110 (set by the receiver's thread)
+                    await trio.sleep(0.0005)
+                lat.append(rx.arrived[ev.id] - sent)
+            nursery.cancel_scope.cancel()
+        lat.sort()
+        return {
+            "webhook_events_per_s": rate,
+            "webhook_latency_p50_ms": statistics.median(lat) * 1000,
+            "webhook_latency_p99_ms": lat[int(len(lat) * 0.99) - 1] * 1000,
+        }
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            return trio.run(main, Path(tmp))
+    finally:
+        rx.close()
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def spooled_rss() -> dict[str, float]:
+    """RSS of a running agent whose spool holds SPOOLED events for an endpoint that is down."""
+    port, down = free_port(), free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp) / "state"
+        db = SpoolDB(state / FILE)
+        name = f"webhook:127.0.0.1:{down}"
+        for start in range(0, SPOOLED, 10_000):
+            items = [
+                (ev.id, i % 3, msgspec.json.encode(ev))
+                for i, ev in ((i, event(i)) for i in range(start, start + 10_000))
+            ]
+            db.add(name, items, SPOOLED, 1 << 40)
+        db.close()
+        spool_mib = (state / FILE).stat().st_size / 2**20
+        cfg = Path(tmp) / "bench.yaml"
+        cfg.write_text(
+            f"stateDir: {state}\nsinks:\n  metrics: {{listenAddr: '127.0.0.1:{port}'}}\n"
+            f"  webhook:\n    - {{url: 'http://127.0.0.1:{down}/hook', secret: '{SECRET}'}}\n"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "nvdaemon", "run", "--config", str(cfg), "--log-level", "error"],
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            time.sleep(3)  # a few failed attempts against the backlog
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/state", timeout=5) as r:
+                backlog = msgspec.json.decode(r.read())["sinks"][name]["backlog"]
+            rss = rss_kib(proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+    return {
+        "webhook_spooled_events": backlog,
+        "webhook_spool_file_mib": spool_mib,
+        "webhook_rss_spooled_mib": rss / 1024,
+    }

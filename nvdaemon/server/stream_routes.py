@@ -1,0 +1,136 @@
+"""``/v1/events``: the live event stream as a websocket, and the ring buffer as JSON without an upgrade.
+
+Query parameters (both forms): ``severity`` (minimum: info, warning, critical), ``condition`` (names), ``device``
+(globs), ``tier`` (names) — lists comma-separated or repeated; ``since=<event id>`` (the events after it) or
+``replay=N`` (the last N matching events). A bad parameter is HTTP 400 before the upgrade; ``maxClients`` reached
+is HTTP 503 before the upgrade. Messages the client sends are read and ignored. Besides events, the server sends
+control messages: ``{"type":"control","status":"unknown_cursor",...}`` before a replay whose cursor it did not find,
+and ``{"type":"ping"}`` every ``pingSeconds``.
+
+Close codes: 1013 when the client fell more than ``clientQueue`` events behind, 1001 when the agent shuts down.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+from quart import Response, request, websocket
+from quart_trio import QuartTrio
+
+from nvdaemon.sinks.stream import CLOSE_GOING_AWAY, Client, Cursor, FilterError, Filters, Refused, Replay, StreamHub
+
+if TYPE_CHECKING:
+    from nvdaemon.app import Agent
+
+CLOSE_SEND_SECONDS = 5.0  # a close frame that cannot be written in this long is given up (the kernel cuts the peer)
+FLUSH_ON_SHUTDOWN_SECONDS = 1.0  # events still queued for a client when the agent stops get this long to go out
+# An application-level keepalive. ASGI gives the application no way to send ping frames, and hypercorn's own ping
+# task (websocket_ping_interval) outlives each connection by up to one interval, holding up the agent's shutdown.
+PING = '{"type":"ping"}'
+
+
+def _json(body: dict[str, Any], status: int) -> Response:
+    return Response(msgspec.json.encode(body), status=status, content_type="application/json")
+
+
+def _query(args: Any) -> dict[str, list[str]]:
+    return {key: args.getlist(key) for key in args}
+
+
+def register(app: QuartTrio, agent: Agent) -> None:
+    def hub() -> StreamHub | None:
+        sink = agent.sinks.get("stream")
+        return sink if isinstance(sink, StreamHub) and sink.running else None
+
+    def parse(args: dict[str, list[str]], limit: int) -> tuple[Filters, Cursor]:
+        return Filters.from_query(args), Cursor.from_query(args, limit)
+
+    @app.get("/v1/events")
+    async def events_json() -> Response:
+        h = hub()
+        if h is None:
+            return _json({"error": "event stream disabled"}, 404)
+        try:
+            filters, cursor = parse(_query(request.args), h.config.buffer_size)
+        except FilterError as exc:
+            return _json({"error": "bad request", "detail": str(exc)}, 400)
+        if cursor.since is None and not cursor.replay:
+            cursor = Cursor(replay=h.config.buffer_size)
+        replay = h.snapshot(filters, cursor)
+        head = msgspec.json.encode(
+            {"status": "unknown_cursor" if replay.unknown_cursor else "ok", "oldest": replay.oldest}
+        )
+        body = head[:-1] + b',"events":[' + ",".join(replay.messages).encode() + b"]}"
+        return Response(body, status=200, content_type="application/json")
+
+    @app.websocket("/v1/events")
+    async def events_ws() -> Response | None:
+        h = hub()
+        if h is None:
+            return _json({"error": "event stream disabled"}, 404)
+        try:
+            filters, cursor = parse(_query(websocket.args), h.config.buffer_size)
+        except FilterError as exc:
+            return _json({"error": "bad request", "detail": str(exc)}, 400)
+        try:
+            client, replay = h.connect(filters, cursor)
+        except Refused:
+            return _json({"error": "too many stream clients"}, 503)
+        try:
+            await websocket.accept()
+            await _pump(client, replay, cursor, agent.loaded.config.sinks.stream.ping_seconds)
+            with trio.move_on_after(CLOSE_SEND_SECONDS):
+                await websocket.close(client.close_code or CLOSE_GOING_AWAY, client.close_reason)
+        finally:
+            h.disconnect(client)
+        return None
+
+
+async def _pump(client: Client, replay: Replay, cursor: Cursor, ping_seconds: float) -> None:
+    """Send the replay, then live events and a ping every ``ping_seconds``, until the hub kicks this client (or the
+    peer goes away: quart then cancels the handler). One task sends, so messages never interleave out of order."""
+    sent_all = trio.Event()
+
+    async def sender() -> None:
+        next_ping = trio.current_time() + ping_seconds
+        control = replay.control(cursor.since)
+        if control is not None:
+            await websocket.send(control)
+        for text in replay.messages:
+            await websocket.send(text)
+        while True:
+            try:
+                text = client.receive.receive_nowait()  # a backlog goes out without a cancel scope per message
+            except trio.WouldBlock:
+                pass
+            except trio.EndOfChannel:
+                break
+            else:
+                await websocket.send(text)
+                if trio.current_time() < next_ping:
+                    continue
+            with trio.move_on_at(next_ping):
+                try:
+                    text = await client.receive.receive()
+                except trio.EndOfChannel:
+                    break
+                await websocket.send(text)
+                continue
+            next_ping += ping_seconds
+            await websocket.send(PING)
+        sent_all.set()
+
+    async def ignore_incoming() -> None:
+        while True:
+            await websocket.receive()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sender)
+        nursery.start_soon(ignore_incoming)
+        await client.kicked.wait()
+        if client.close_code == CLOSE_GOING_AWAY:
+            with trio.move_on_after(FLUSH_ON_SHUTDOWN_SECONDS):
+                await sent_all.wait()
+        nursery.cancel_scope.cancel()

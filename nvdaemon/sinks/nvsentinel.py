@@ -1,0 +1,557 @@
+"""NVSentinel: a reconciler that keeps the platform-connector's view of this node equal to ours (DESIGN §7, §8).
+
+*Desired* health per (checkName, entities, errorCode) comes from the engine's active conditions and the XIDs raised
+since boot (``nvsentinel_map``); *reported* health is what the platform-connector acknowledged, persisted in
+``stateDir/nvsentinel.json``. On every bus event and every ``intervalSeconds`` tick the difference is published,
+one HealthEvent per call, and *reported* advances (and is written) only after the call returned OK.
+
+- Socket gate: the socket is stat'ed before every attempt; missing means skip (counted), no retry, nothing advanced;
+  the next tick sends again with a fresh ``generatedTimestamp``.
+- Retries (``maxAttempts``, ``retryInitialSeconds`` x ``retryMultiplier``, +-``retryJitter``) only on UNAVAILABLE,
+  DEADLINE_EXCEEDED, connection reset and broken pipe; any other answer is a rejection: counted, not retried now,
+  tried again on the next tick (the difference is still there). Each call has ``callTimeoutSeconds``.
+- The token file is read on every call and sent as ``authorization: Bearer <token>`` exactly as read; an empty
+  ``tokenPath`` sends no header; an unreadable or empty token file (or one holding bytes a header cannot carry)
+  blocks the send. The token is never logged nor shown in /v1/state.
+- Healthy baseline: the first time a configured check is seen, a healthy event with no entities clears whatever an
+  earlier install left on the node for it.
+- XIDs clear only on a reboot: when the boot id (``<procRoot>/sys/kernel/random/boot_id``) differs from the one in
+  the state file, the XIDs raised before it are dropped from *desired*, so a healthy event goes out for each.
+
+The gRPC stub is synchronous (grpc.aio does not run under trio) and called through ``trio.to_thread.run_sync`` with
+a CapacityLimiter(1) of its own; a new channel per call, so a restarted platform-connector is reached at once
+instead of after grpc's reconnect backoff (calls are rare: one per state change).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import grpc
+import msgspec
+import trio
+from google.protobuf import empty_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from nvdaemon.config import NvsentinelSink, Rule
+from nvdaemon.engine import ActiveCondition
+from nvdaemon.model import Event, Phase, new_event_id
+from nvdaemon.proto import health_event_pb2 as pb
+from nvdaemon.sinks import Sink
+from nvdaemon.sinks.nvsentinel_map import (
+    PROCESSING_STRATEGIES,
+    RECOMMENDED_ACTIONS,
+    XID_CONDITION,
+    Change,
+    CheckSpec,
+    Health,
+    HealthEventSpec,
+    Key,
+    XidRecord,
+    merge,
+    plan,
+    rule_check,
+    rule_health,
+    xid_check,
+    xid_health,
+)
+from nvdaemon.statefile import atomic_write, quarantine
+
+if TYPE_CHECKING:
+    from nvdaemon.app import Agent
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "nvsentinel.json"
+METHOD = "/datamodels.PlatformConnector/HealthEventOccurredV1"
+BOOT_ID = Path("sys/kernel/random/boot_id")  # under procRoot
+RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+_RETRYABLE_DETAIL = re.compile(r"connection reset|broken pipe|ECONNRESET|EPIPE", re.IGNORECASE)
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]+")
+
+
+class SocketMissing(Exception):
+    """The platform-connector's socket does not exist: skip, do not retry."""
+
+
+class TokenError(Exception):
+    """The token file cannot be used; the message never contains the token."""
+
+
+class SendError(Exception):
+    """A call that did not return OK, with the status code name used as the metric label."""
+
+    def __init__(self, code: str, detail: str, retryable: bool) -> None:
+        super().__init__(f"{code}: {detail}" if detail else code)
+        self.code = code
+        self.retryable = retryable
+
+
+# ---- wire ----------------------------------------------------------------------------------------------------------
+def to_proto(spec: HealthEventSpec, *, now: float, event_id: str) -> pb.HealthEvents:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(now * 1e9))
+    event = pb.HealthEvent(
+        version=1,
+        agent=spec.agent,
+        componentClass=spec.component_class,
+        checkName=spec.check_name,
+        isFatal=spec.is_fatal,
+        isHealthy=spec.is_healthy,
+        message=spec.message,
+        recommendedAction=RECOMMENDED_ACTIONS[spec.recommended_action],  # type: ignore[arg-type]
+        errorCode=list(spec.error_code),
+        entitiesImpacted=[pb.Entity(entityType=e.type, entityValue=e.value) for e in spec.entities],
+        metadata=dict(spec.metadata),
+        generatedTimestamp=ts,
+        nodeName=spec.node_name,
+        processingStrategy=PROCESSING_STRATEGIES[spec.processing_strategy],  # type: ignore[arg-type]
+        id=event_id,
+        customRecommendedAction=spec.custom_recommended_action,
+    )
+    return pb.HealthEvents(version=1, events=[event])
+
+
+def read_token(path: str) -> str | None:
+    """The bearer token exactly as the file holds it; None when no token is configured."""
+    if not path:
+        return None
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise TokenError(f"token file {path} is unreadable: {exc.strerror or type(exc).__name__}") from None
+    if not data:
+        raise TokenError(f"token file {path} is empty")
+    try:
+        token = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise TokenError(f"token file {path} holds bytes that cannot go in a header") from None
+    if not _HEADER_VALUE.fullmatch(token):
+        raise TokenError(f"token file {path} holds characters that cannot go in a header (a trailing newline?)")
+    return token
+
+
+def classify(exc: BaseException) -> SendError:
+    if isinstance(exc, SendError):
+        return exc
+    if isinstance(exc, grpc.Call):
+        code = exc.code()
+        detail = exc.details() or ""
+        retryable = code in RETRYABLE_CODES or bool(_RETRYABLE_DETAIL.search(detail))
+        return SendError(code.name, detail, retryable)
+    if isinstance(exc, ConnectionResetError):
+        return SendError("CONNECTION_RESET", str(exc), True)
+    if isinstance(exc, BrokenPipeError):
+        return SendError("BROKEN_PIPE", str(exc), True)
+    return SendError(type(exc).__name__.upper(), str(exc), False)
+
+
+class Publisher(Protocol):
+    def send(self, request: pb.HealthEvents) -> None:
+        """Deliver one request; raise SocketMissing, TokenError, grpc.RpcError or OSError. Runs in a thread."""
+
+
+class GrpcPublisher:
+    """The platform-connector over its Unix socket: stat, read the token, one call on a fresh channel."""
+
+    def __init__(self, socket_path: str, token_path: str, timeout: float) -> None:
+        self.socket_path = socket_path
+        self.token_path = token_path
+        self.timeout = timeout
+
+    def present(self) -> bool:
+        try:
+            os.stat(self.socket_path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def send(self, request: pb.HealthEvents) -> None:
+        if not self.present():
+            raise SocketMissing(self.socket_path)
+        token = read_token(self.token_path)
+        metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
+        with grpc.insecure_channel(f"unix:{self.socket_path}") as channel:
+            call = channel.unary_unary(
+                METHOD,
+                request_serializer=pb.HealthEvents.SerializeToString,
+                response_deserializer=empty_pb2.Empty.FromString,
+            )
+            call(request, timeout=self.timeout, metadata=metadata)
+
+
+# ---- persisted state -----------------------------------------------------------------------------------------------
+class _Persisted(msgspec.Struct, rename="camel"):
+    version: int = 1
+    boot_id: str = ""
+    baselined: list[str] = msgspec.field(default_factory=list)
+    reported: list[Health] = msgspec.field(default_factory=list)
+    xids: list[XidRecord] = msgspec.field(default_factory=list)
+
+
+def xid_record(ev: Event) -> XidRecord | None:
+    """An XID event of the GPU tier: condition ``gpu_xid``, detail ``{xid, description, action}`` and, where the tier
+    knows them, ``pci`` and ``uuid`` (the device otherwise stands for the GPU)."""
+    d = ev.detail
+    try:
+        xid = int(str(d.get("xid")))
+    except ValueError:
+        return None
+    return XidRecord(
+        xid=xid,
+        device=ev.device,
+        pci=str(d.get("pci") or d.get("pciBusId") or ""),
+        uuid=str(d.get("uuid") or d.get("gpuUuid") or ""),
+        description=str(d.get("description") or ""),
+        at=ev.started_at,
+    )
+
+
+def read_boot_id(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+class Reconciler:
+    """Desired vs reported, the sends and their counters. Touched only from the trio thread (sends in a worker)."""
+
+    def __init__(
+        self,
+        settings: NvsentinelSink,
+        *,
+        node: str,
+        state_path: Path,
+        boot_id_path: Path | None,
+        publisher: Publisher | None = None,
+        jitter: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.node = node
+        self.state_path = state_path
+        self.boot_id_path = boot_id_path
+        self.publisher: Publisher = publisher or GrpcPublisher(
+            settings.socket_path, settings.token_path, settings.call_timeout_seconds
+        )
+        self.jitter = jitter
+        self.clock = clock
+        self.limiter = trio.CapacityLimiter(1)
+        self.reported: dict[Key, Health] = {}
+        self.baselined: set[str] = set()
+        self.xids: dict[tuple[int, str, str, str], XidRecord] = {}
+        self.boot_id = ""
+        self.dirty = False
+        # counters and status
+        self.success = 0
+        self.skipped = 0
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.pending = 0
+        self.socket_present: bool | None = None
+        self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        self.version = 0  # bumped whenever something /metrics or /v1/state shows changed
+
+    # ---- state -------------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Read the state file and the boot id (sync: call in a thread). A damaged file is moved aside."""
+        state = _Persisted()
+        try:
+            data = self.state_path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        if data:
+            try:
+                state = msgspec.json.decode(data, type=_Persisted)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                quarantine(self.state_path, str(exc))
+        self.reported = {h.key: h for h in state.reported}
+        self.baselined = set(state.baselined)
+        self.xids = {self._xid_key(x): x for x in state.xids}
+        self.boot_id = state.boot_id
+        boot = read_boot_id(self.boot_id_path)
+        if boot is None:
+            log.warning("nvsentinel: boot id unreadable at %s; XIDs will not clear on reboot", self.boot_id_path)
+            return
+        if self.boot_id and boot != self.boot_id and self.xids:
+            log.info("nvsentinel: boot id changed (reboot): clearing %d XID condition(s)", len(self.xids))
+            self.xids.clear()
+        if boot != self.boot_id:
+            self.boot_id = boot
+            self.dirty = True
+
+    def dump(self) -> bytes:
+        return msgspec.json.encode(
+            _Persisted(
+                boot_id=self.boot_id,
+                baselined=sorted(self.baselined),
+                reported=[self.reported[k] for k in sorted(self.reported)],
+                xids=sorted(self.xids.values(), key=self._xid_key),
+            )
+        )
+
+    async def persist(self) -> None:
+        self.dirty = False
+        await trio.to_thread.run_sync(atomic_write, self.state_path, self.dump())
+
+    @staticmethod
+    def _xid_key(x: XidRecord) -> tuple[int, str, str, str]:
+        return (x.xid, x.device, x.pci, x.uuid)
+
+    def note_event(self, ev: Event) -> None:
+        """XIDs are remembered until a reboot; rule events need nothing (desired is read from the engine)."""
+        if ev.condition != XID_CONDITION or ev.phase is not Phase.ENTER:
+            return
+        rec = xid_record(ev)
+        if rec is None:
+            log.warning("nvsentinel: XID event %s without a usable xid in its detail; ignored", ev.id)
+            return
+        key = self._xid_key(rec)
+        if key not in self.xids:
+            self.xids[key] = rec
+            self.dirty = True
+
+    # ---- desired -----------------------------------------------------------------------------------------------
+    def desired(self, conditions: Iterable[ActiveCondition], rules: Mapping[str, Rule]) -> dict[Key, Health]:
+        strategy = self.settings.processing_strategy
+        healths: list[Health] = []
+        for cond in conditions:
+            if cond.condition == XID_CONDITION:
+                continue
+            rule = rules.get(cond.rule_key)
+            healths.append(
+                rule_health(
+                    cond,
+                    op=rule.op if rule else ">",
+                    overrides=rule.nvsentinel if rule else None,
+                    strategy=strategy,
+                )
+            )
+        overrides = self.settings.xid_actions
+        healths += [xid_health(x, overrides=overrides, strategy=strategy) for x in self.xids.values()]
+        return merge(healths)
+
+    def checks(self, rules: Iterable[Rule], xid_enabled: bool) -> list[CheckSpec]:
+        strategy = self.settings.processing_strategy
+        out = [rule_check(r.condition, "", r.metric, r.device, r.nvsentinel, strategy) for r in rules]
+        if xid_enabled:
+            out.append(xid_check(strategy))
+        return out
+
+    def plan(self, desired: Mapping[Key, Health], checks: Iterable[CheckSpec]) -> list[Change]:
+        return plan(
+            desired,
+            self.reported,
+            checks=checks if self.settings.healthy_baseline else (),
+            baselined=self.baselined,
+            agent=self.settings.agent,
+            node=self.node,
+        )
+
+    # ---- sending -----------------------------------------------------------------------------------------------
+    def _delay(self, attempt: int) -> float:
+        s = self.settings
+        base = s.retry_initial_seconds * s.retry_multiplier ** (attempt - 1)
+        return base * (1 + s.retry_jitter * (2 * self.jitter() - 1))
+
+    def _failed(self, err: SendError | TokenError, change: Change) -> None:
+        self.last_error = str(err)
+        self.last_error_at = self.clock()
+        self.version += 1
+        log.warning("nvsentinel: %s %s not delivered: %s", change.kind, change.key[0], err)
+
+    async def deliver(self, change: Change) -> str:
+        """One difference: ``ok``, ``skipped`` (socket missing), ``rejected`` or ``unavailable`` (retries spent)."""
+        request = to_proto(change.event, now=self.clock(), event_id=new_event_id())
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await trio.to_thread.run_sync(
+                    self.publisher.send, request, limiter=self.limiter, abandon_on_cancel=True
+                )
+            except SocketMissing:
+                self.skipped += 1
+                self.socket_present = False
+                self.version += 1
+                return "skipped"
+            except TokenError as exc:
+                self.socket_present = True
+                self.errors["TOKEN_ERROR"] += 1
+                self._failed(exc, change)
+                return "rejected"
+            except (grpc.RpcError, OSError) as exc:
+                self.socket_present = True
+                err = classify(exc)
+                self.errors[err.code] += 1
+                self._failed(err, change)
+                if not err.retryable:
+                    return "rejected"
+                if attempt >= self.settings.max_attempts:
+                    return "unavailable"
+                await trio.sleep(self._delay(attempt))
+                continue
+            break
+        self.socket_present = True
+        self.success += 1
+        self.version += 1
+        if change.kind == "baseline":
+            self.baselined.add(change.key[0])
+        elif change.kind == "clear":
+            self.reported.pop(change.key, None)
+        elif change.health is not None:
+            self.reported[change.key] = change.health
+        await self.persist()
+        log.info(
+            "nvsentinel: %s %s %s acknowledged",
+            change.kind,
+            change.key[0],
+            " ".join(f"{e.type}={e.value}" for e in change.key[1]) or "(node)",
+        )
+        return "ok"
+
+    async def reconcile(self, desired: Mapping[Key, Health], checks: Iterable[CheckSpec]) -> None:
+        """Publish every difference once; stop early when the platform-connector is gone or keeps failing."""
+        checks = list(checks)
+        if self.dirty:
+            await self.persist()
+        for change in self.plan(desired, checks):
+            outcome = await self.deliver(change)
+            if outcome == "unavailable":
+                break
+        pending = len(self.plan(desired, checks))
+        if pending != self.pending:
+            self.pending = pending
+            self.version += 1
+
+    # ---- views -------------------------------------------------------------------------------------------------
+    def metrics(self) -> Iterator[Metric]:
+        monitor = self.settings.agent
+        skipped = CounterMetricFamily(
+            "nvsentinel_health_events_publisher_skipped_pc_unavailable",
+            "Health events not sent because the platform-connector socket was absent.",
+            labels=["monitor"],
+        )
+        skipped.add_metric([monitor], self.skipped)
+        success = CounterMetricFamily(
+            "nvsentinel_health_events_publisher_sends_success",
+            "Health events the platform-connector acknowledged.",
+            labels=["monitor"],
+        )
+        success.add_metric([monitor], self.success)
+        errors = CounterMetricFamily(
+            "nvsentinel_health_events_publisher_sends_error",
+            "Health event send attempts that failed, by gRPC status code (TOKEN_ERROR: token file unusable).",
+            labels=["monitor", "code"],
+        )
+        for code, n in sorted(self.errors.items()):
+            errors.add_metric([monitor, code], n)
+        pending = GaugeMetricFamily(
+            "nodevitals_nvsentinel_pending",
+            "Differences between desired and reported NVSentinel health not yet acknowledged.",
+            labels=["monitor"],
+        )
+        pending.add_metric([monitor], self.pending)
+        yield from (skipped, success, errors, pending)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "socketPath": self.settings.socket_path,
+            "socketPresent": self.socket_present,
+            "tokenConfigured": bool(self.settings.token_path),
+            "pending": self.pending,
+            "sent": self.success,
+            "skipped": self.skipped,
+            "errors": dict(sorted(self.errors.items())),
+            "lastError": self.last_error,
+            "lastErrorAt": self.last_error_at,
+            "bootId": self.boot_id,
+            "baselined": sorted(self.baselined),
+            "reported": [
+                {
+                    "checkName": h.check_name,
+                    "componentClass": h.component_class,
+                    "entities": [{"type": e.type, "value": e.value} for e in h.entities],
+                    "errorCode": list(h.error_code),
+                    "isFatal": h.is_fatal,
+                    "recommendedAction": h.recommended_action,
+                    "processingStrategy": h.processing_strategy,
+                }
+                for _, h in sorted(self.reported.items())
+            ],
+            "xids": [msgspec.to_builtins(x) for x in self.xids.values()],
+        }
+
+
+# ---- the sink ------------------------------------------------------------------------------------------------------
+class NvsentinelHealthSink(Sink):
+    name = "nvsentinel"
+    capacity = 4096
+
+    def __init__(self, agent: Agent, reconciler: Reconciler | None = None) -> None:
+        self.agent = agent
+        loaded = agent.loaded
+        self.settings = loaded.config.sinks.nvsentinel
+        self.reconciler = reconciler or Reconciler(
+            self.settings,
+            node=agent.node,
+            state_path=loaded.state_dir / STATE_FILE,
+            boot_id_path=Path(loaded.config.proc_root) / BOOT_ID,
+        )
+        self._seen_version = 0
+
+    def fingerprint(self) -> Hashable:
+        c = self.agent.loaded.config
+        return (msgspec.json.encode(self.settings), self.agent.node, str(self.agent.loaded.state_dir), c.proc_root)
+
+    def _inputs(self) -> tuple[dict[Key, Health], list[CheckSpec]]:
+        agent = self.agent
+        rules = {cr.key: cr.rule for crs in agent.rules.values() for cr in crs}
+        xid_enabled = "gpu" in agent.loaded.tiers and agent.loaded.config.gpu.xid
+        rec = self.reconciler
+        return rec.desired(agent.engine.active.values(), rules), rec.checks(agent.loaded.config.rules, xid_enabled)
+
+    async def tick(self) -> None:
+        desired, checks = self._inputs()
+        await self.reconciler.reconcile(desired, checks)
+        if self.reconciler.version != self._seen_version:
+            self._seen_version = self.reconciler.version
+            self.agent.changes += 1
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await trio.to_thread.run_sync(self.reconciler.load)
+        task_status.started()
+        interval = self.agent.loaded.config.interval_seconds
+        while True:
+            await self.tick()
+            with trio.move_on_after(interval):
+                self.reconciler.note_event(await self.events.receive())
+                while True:  # take everything already queued, then reconcile once
+                    try:
+                        self.reconciler.note_event(self.events.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+
+    def metrics(self) -> Iterable[Metric]:
+        return self.reconciler.metrics()
+
+    def state(self) -> dict[str, Any]:
+        return self.reconciler.state()
+
+
+def build(agent: Agent) -> list[Sink]:
+    if not agent.loaded.config.sinks.nvsentinel.enabled:
+        return []
+    return [NvsentinelHealthSink(agent)]

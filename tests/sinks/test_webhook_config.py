@@ -1,0 +1,148 @@
+"""``sinks.webhook[]`` config: https or loopback, one secret source, readable secretFile, headers; the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nvdaemon import cli
+from nvdaemon.config import ConfigError, parse_config
+from nvdaemon.sinks.spool import FILE, SpoolDB
+
+from .helpers import SECRET
+from .receiver import Receiver
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def issues(hook_yaml: str) -> dict[str, str]:
+    text = "sinks:\n  webhook:\n" + textwrap.indent(textwrap.dedent(hook_yaml), "    ")
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "t.yaml", env={})
+    assert "TOPSECRET" not in str(info.value)
+    return {i.path: i.message for i in info.value.issues}
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://backend.example/hook", "https://"),
+        ("ftp://backend.example/hook", "http"),
+        ("https:///no-host", "valid host"),
+        ("https://bad host.example/", "valid host"),
+        ("https://backend.example:99999/", "port"),
+        ("https://backend.example/#frag", "fragment"),
+        ("not a url TOPSECRET", "http"),
+    ],
+)
+def test_invalid_urls_are_config_errors(url: str, why: str) -> None:
+    found = issues(f"- url: '{url}'\n")
+    assert why in found["sinks.webhook[0].url"]
+
+
+@pytest.mark.parametrize(
+    "hook",
+    [
+        "- url: https://backend.example/hook\n",
+        "- url: http://127.0.0.1:8080/hook\n",
+        "- url: http://localhost/hook\n",
+        "- url: http://[::1]:9/hook\n",
+        "- {url: 'http://backend.internal/hook', allowInsecure: true}\n",
+    ],
+)
+def test_accepted_urls(hook: str) -> None:
+    parse_config("sinks:\n  webhook:\n" + textwrap.indent(hook, "    "), "t.yaml", env={})
+
+
+def test_only_one_secret_source() -> None:
+    found = issues("- {url: 'https://a.example/', secret: TOPSECRET-a, secrets: [TOPSECRET-b]}\n")
+    assert "only one of" in found["sinks.webhook[0]"]
+
+
+def test_bad_whsec_secret_is_named_not_shown() -> None:
+    found = issues("- {url: 'https://a.example/', secrets: ['whsec_TOPSECRET!!']}\n")
+    assert "base64" in found["sinks.webhook[0].secrets[0]"]
+
+
+def test_unreadable_or_bad_secret_file_names_the_key_not_the_content(tmp_path: Path) -> None:
+    found = issues(f"- {{url: 'https://a.example/', secretFile: '{tmp_path / 'missing'}'}}\n")
+    assert "cannot read the secret file" in found["sinks.webhook[0].secretFile"]
+    bad = tmp_path / "bad"
+    bad.write_text("whsec_TOPSECRET%%%\n")
+    found = issues(f"- {{url: 'https://a.example/', secretFile: '{bad}'}}\n")
+    assert "base64" in found["sinks.webhook[0].secretFile (line 1)"]
+
+
+def test_headers_the_agent_sets_cannot_be_overridden() -> None:
+    found = issues("- {url: 'https://a.example/', headers: {webhook-id: x, Content-Type: y, 'bad name': z}}\n")
+    assert set(found) == {
+        "sinks.webhook[0].headers.webhook-id",
+        "sinks.webhook[0].headers.Content-Type",
+        "sinks.webhook[0].headers",
+    }
+
+
+def test_defaults() -> None:
+    loaded = parse_config("sinks: {webhook: [{url: 'https://a.example/'}]}\n", "t.yaml", env={})
+    (h,) = loaded.config.sinks.webhook
+    assert (h.timeout_seconds, h.max_age_hours, h.max_attempts, h.mode) == (15.0, 72.0, 3, "structured")
+    assert (h.backoff_base_seconds, h.backoff_max_seconds, h.allow_insecure) == (1.0, 300.0, False)
+
+
+def test_run_with_an_invalid_url_exits_2_instead_of_crash_looping(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"stateDir: {tmp_path}\nsinks:\n  webhook:\n    - url: http://backend.example/TOPSECRET\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvdaemon", "run", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert f"{config}:4: sinks.webhook[0].url: expected an https:// URL" in proc.stderr
+    assert "TOPSECRET" not in proc.stderr
+
+
+def test_spool_list_and_retry_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(f"stateDir: {tmp_path}\n")
+    assert cli.main(["spool", "list", "--config", str(config)]) == 0
+    assert "no spool" in capsys.readouterr().err
+    db = SpoolDB(tmp_path / FILE)
+    body = b'{"id":"e1","node":"n","tier":"core","device":"sda","condition":"smart_failing","phase":"ENTER",'
+    body += b'"severity":"critical","seq":1,"started_at":0.0}'
+    db.add("webhook:a.example", [("e1", 2, body), ("e2", 0, b"{}")], 10, 10**6)
+    db.bury("webhook:a.example", db.rows()[0].seq, 3, "rejected", "HTTP 400")
+    db.disable("webhook:a.example", "h", "HTTP 410")
+    assert cli.main(["spool", "list", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "e1" in out and "dead:rejected" in out and "sda/smart_failing ENTER" in out and "HTTP 400" in out
+    assert "2 event(s): 1 pending, 1 dead letter(s)" in out
+    assert "endpoint webhook:a.example disabled" in out
+    assert cli.main(["spool", "retry", "--config", str(config), "e1"]) == 0
+    assert "1 dead letter(s) queued for delivery again; 1 disabled endpoint(s) enabled" in capsys.readouterr().out
+    assert db.rows(1) == [] and db.disabled("webhook:a.example", "h") is None
+
+
+def test_webhook_test_command_sends_one_signed_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    secret_file = tmp_path / "s"
+    secret_file.write_text(SECRET + "\n")
+    with Receiver(secret=SECRET) as rx:
+        code = cli.main(["webhook", "test", rx.url, "--secret-file", str(secret_file), "--node", "n9"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "HTTP 200 OK" in out
+    (r,) = rx.received
+    assert r.verified and r.attributes["source"] == "nodevitals/n9" and r.data["condition"] == "webhook_test"
+    assert SECRET not in out
+    with Receiver(secret=SECRET) as rx:
+        rx.default = 401
+        assert cli.main(["webhook", "test", rx.url]) == 1  # unsigned: the receiver refuses it
+    assert "HTTP 401" in capsys.readouterr().out
+    assert cli.main(["webhook", "test", "http://backend.example/"]) == 2
