@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 events_log = logging.getLogger("nvdaemon.events")
 
 ENGINE_FILE = "engine.json"
+DURABLE_WAIT_SECONDS = 1.0
 EventKey = tuple[str, str, str, str]  # tier, condition, severity, phase
 
 
@@ -65,6 +66,7 @@ class Agent:
         self.root_scope = trio.CancelScope()
         self._persist_lock = trio.Lock()
         self._engine_dirty = False
+        self._durable_warned = False
 
     # ---- config-derived views -------------------------------------------------------------------------------
     @property
@@ -113,8 +115,22 @@ class Agent:
         log.info("restored %d active condition(s), event seq %d", len(self.engine.active), self.engine.seq)
 
     async def persist_engine(self) -> None:
+        """Save active conditions and the event seq, but only once every durable sink (the webhook spool) holds
+        the events that led there: saved state with an unspooled ENTER would lose that ENTER to a crash, while
+        unsaved state only makes a restart detect the transition again (at-least-once)."""
         if not self._engine_dirty:
             return
+        target = self.engine.seq
+        with trio.move_on_after(DURABLE_WAIT_SECONDS) as waited:
+            for sink in [s for s in self.sinks.values() if s.durable]:
+                await sink.wait_committed(target)
+        if waited.cancelled_caught:
+            lagging = [s.name for s in self.sinks.values() if s.durable and s.committed_seq < target]
+            if not self._durable_warned:
+                log.warning("engine state not saved yet: events up to seq %d not yet spooled by %s", target, lagging)
+            self._durable_warned = True
+            return
+        self._durable_warned = False
         async with self._persist_lock:
             self._engine_dirty = False
             data = engine.dump_state(self.engine)

@@ -32,6 +32,7 @@ class EventBus:
     recent: collections.deque[Event] = field(default_factory=lambda: collections.deque(maxlen=RECENT_EVENTS))
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     published: int = 0
+    last_seq: int = 0  # highest event seq published
     drop_totals: dict[str, int] = field(default_factory=dict)  # survives unsubscribe: a counter never goes back
 
     def subscribe(self, name: str, capacity: int = 1024) -> trio.MemoryReceiveChannel[Event]:
@@ -51,6 +52,7 @@ class EventBus:
 
     def publish(self, event: Event) -> None:
         self.published += 1
+        self.last_seq = max(self.last_seq, event.seq)
         self.recent.append(event)
         for sub in list(self.subscriptions.values()):
             try:

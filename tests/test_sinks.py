@@ -76,3 +76,30 @@ async def test_events_published_during_backoff_are_kept(
         await agent.sync_sinks()
         assert agent.sinks == {} and "rec" not in agent.bus.subscriptions
         nursery.cancel_scope.cancel()
+
+
+class Durable(Recorder):
+    durable = True
+
+
+async def test_engine_state_is_saved_only_after_durable_sinks_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    agent = Agent(parse_config(f"stateDir: {tmp_path}\n", "t.yaml", env={}))
+    sink = Durable("spooler", "v1")
+    monkeypatch.setattr(nvdaemon.sinks, "BUILDERS", (lambda _agent: [sink],))
+    async with trio.open_nursery() as nursery:
+        agent.supervisor = Supervisor(nursery)
+        await agent.sync_sinks()
+        agent.engine.seq = 1
+        agent.emit([event(1)])
+        await agent.persist_engine()  # the sink received event 1 but has not committed it
+        assert not agent.engine_path.exists()
+        sink.mark_committed(1)
+        await agent.persist_engine()
+        assert agent.engine_path.exists()
+        # A sink attached later owes nothing for events published before it existed.
+        late = Durable("late", "v1")
+        late.attach(agent.bus)
+        assert late.committed_seq == 1
+        nursery.cancel_scope.cancel()

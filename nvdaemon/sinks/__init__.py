@@ -30,8 +30,11 @@ class Sink(abc.ABC):
     name: str  # unique task name and bus subscriber name, e.g. "webhook:backend.example"
     critical: bool = False  # a sink failing repeatedly makes /healthz fail only if critical
     capacity: int = 1024  # bus channel size: events beyond it while the sink lags are dropped and counted
+    durable: bool = False  # the engine's state is saved only after this sink has made its events durable
+    committed_seq: int = 0  # a durable sink: highest event seq it has made durable (or dropped, counted)
     events: trio.MemoryReceiveChannel[Event]
     _bus: EventBus | None = None
+    _committed: trio.Event | None = None
 
     @abc.abstractmethod
     def fingerprint(self) -> Hashable:
@@ -45,6 +48,23 @@ class Sink(abc.ABC):
         """Subscribe to the bus; called once, when the agent adopts this sink."""
         self._bus = bus
         self.events = bus.subscribe(self.name, self.capacity)
+        # Events published before this sink existed are not its to make durable.
+        self.committed_seq = bus.last_seq
+        self._committed = trio.Event()
+
+    def mark_committed(self, seq: int) -> None:
+        """A durable sink calls this once events up to ``seq`` are safe from a crash (e.g. committed to disk)."""
+        if seq > self.committed_seq:
+            self.committed_seq = seq
+            if self._committed is not None:
+                self._committed.set()
+            self._committed = trio.Event()
+
+    async def wait_committed(self, seq: int) -> None:
+        while self.committed_seq < seq:
+            if self._committed is None:
+                self._committed = trio.Event()
+            await self._committed.wait()
 
     def close(self) -> None:
         """Unsubscribe; called when the sink is replaced or removed (after its task has stopped)."""

@@ -100,6 +100,7 @@ class Histogram:
 
 class WebhookEndpoint(Sink):
     capacity = CAPACITY
+    durable = True  # the agent saves engine state only after this sink has spooled the events
 
     def __init__(
         self,
@@ -260,6 +261,7 @@ class WebhookEndpoint(Sink):
         # Shielded: these events are already off the channel, so a cancellation here would lose them.
         with trio.CancelScope(shield=True):
             drops = await spool.call(spool.db.add, self.name, items, sc.max_events, sc.max_bytes, self.wall())
+        self.mark_committed(max(ev.seq for ev in batch))
         for reason, n in drops.items():
             if n:
                 log.warning("%s: spool full (%s): dropped %d oldest lowest-severity event(s)", self.name, reason, n)
