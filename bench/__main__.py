@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 
 import trio
 
+from bench.common import free_port, rss_kib
 from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.tiers import CollectorRunner, collect_tier
@@ -83,17 +83,8 @@ def render_cost(host_root: Path | None) -> dict[str, float]:
     return {"render_p50_ms": statistics.median(times) * 1000, "render_p99_ms": times[197] * 1000}
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
 def scrape_latency() -> dict[str, float]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "bench.yaml"
         cfg.write_text(f"stateDir: {tmp}/state\nsinks: {{metrics: {{listenAddr: '127.0.0.1:{port}'}}}}\n")

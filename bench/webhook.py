@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from typing import Any
 import msgspec
 import trio
 
+from bench.common import free_port, rss_kib
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.model import Event, Phase, new_event_id
@@ -32,13 +32,6 @@ THROUGHPUT_EVENTS = 2000
 LATENCY_EVENTS = 300
 SPOOLED = 100_000
 SECRET = "whsec_YmVuY2gtc2VjcmV0LWJlbmNoLXNlY3JldC0xMjM0NTY3OA=="
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Sink:
@@ -130,13 +123,6 @@ def delivery() -> dict[str, float]:
             return trio.run(main, Path(tmp))
     finally:
         rx.close()
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def spooled_rss() -> dict[str, float]:

@@ -89,13 +89,17 @@ def _stream(agent: Agent) -> list[Sink]:
 
 
 def _webhook(agent: Agent) -> list[Sink]:
+    if not agent.loaded.config.sinks.webhook:
+        return []  # keep httpx and sqlite out of an agent that has no webhook (memory on every node)
     from nvdaemon.sinks.webhook import build
 
     return build(agent)
 
 
 def _nvsentinel(agent: Agent) -> list[Sink]:
-    from nvdaemon.sinks.nvsentinel import build  # only when sinks.nvsentinel.enabled
+    if not agent.loaded.config.sinks.nvsentinel.enabled:
+        return []  # keep grpc (about 10 MiB resident) out of agents that do not talk to NVSentinel
+    from nvdaemon.sinks.nvsentinel import build
 
     return build(agent)
 

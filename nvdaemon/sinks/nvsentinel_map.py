@@ -62,6 +62,8 @@ PROCESSING_STRATEGIES: dict[str, int] = {
 # NVIDIA's XID catalogue, by resolution bucket. "Reset the GPU" codes -> COMPONENT_RESET; "the GPU fell off the bus,
 # reboot the machine" -> RESTART_BM; application-level or informational codes (restart the job, nothing to repair)
 # -> NONE. Any code not listed -> UNKNOWN_XID_ACTION. sinks.nvsentinel.xidActions overrides per code.
+# 61, 74 and 140 are not named by our issue; their bucket here has not yet been checked against the current
+# catalogue spreadsheet (it varies by GPU generation): verify before relying on it, or override.
 XID_ACTIONS: dict[int, str] = {
     13: "NONE",  # graphics engine exception (application)
     31: "NONE",  # GPU memory page fault (application)
