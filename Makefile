@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint bench clean proto
+.PHONY: run test lint bench clean proto lock sbom audit helm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,29 @@ bench: $(STAMP)
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Invdaemon/proto=protos --python_out=. --pyi_out=. --grpc_python_out=. \
 		nvdaemon/proto/health_event.proto
+
+# Supply chain (SECURITY.md). `make lock` regenerates the hash-locked runtime and build sets the Dockerfile installs
+# from; run it after changing [project].dependencies or [build-system].requires (tests/deploy/test_lock.py checks they
+# agree). `make sbom` writes a CycloneDX SBOM of the locked runtime set; `make audit` fails on a known vulnerability
+# in it (pip-audit against the PyPI advisory data; needs the network).
+LOCK_FLAGS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
+lock: $(STAMP)
+	$(BIN)/pip-compile $(LOCK_FLAGS) --output-file requirements/runtime.txt pyproject.toml
+	$(BIN)/pip-compile $(LOCK_FLAGS) --build-deps-for wheel --only-build-deps --output-file requirements/build.txt \
+		pyproject.toml
+
+sbom: $(STAMP)
+	mkdir -p dist
+	$(BIN)/cyclonedx-py requirements --pyproject pyproject.toml --output-reproducible --of JSON \
+		-o dist/nvdaemon.cdx.json requirements/runtime.txt
+	@echo "sbom: dist/nvdaemon.cdx.json"
+
+audit: $(STAMP)
+	$(BIN)/pip-audit --strict --require-hashes --disable-pip -r requirements/runtime.txt
+
+# helm v3.19.0 for the chart tests (tests/deploy/), into .tools/helm; .ci/run calls this too.
+helm:
+	scripts/fetch-helm
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

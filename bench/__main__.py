@@ -6,7 +6,9 @@
 - ``/v1/events`` fan-out latency p50/p99 to 100 websocket clients at 100 and 1,000 events/s, drops counted
   (``bench/stream.py``);
 - webhook: signed events per second to a loopback receiver, emission-to-receipt p50/p99 with no backlog, and the
-  agent's RSS with 100,000 events spooled (``bench/webhook.py``).
+  agent's RSS with 100,000 events spooled (``bench/webhook.py``);
+- history: ingest cost per tick with 500 allowlisted series, a 90-day query for one series, bytes per point on disk
+  after five simulated years of 8 GPUs (``bench/history.py``).
 
 Results are printed as a table and written to bench/results.json.
 """
@@ -145,6 +147,10 @@ def main() -> int:
     results.update(delivery())
     print(f"webhook: agent RSS with {SPOOLED} events spooled ...", flush=True)
     results.update(spooled_rss())
+    from bench.history import run as history
+
+    print("history: ingest per tick, 90-day query, five simulated years of 8 GPUs on disk ...", flush=True)
+    results.update(history())
     width = max(len(k) for k in results)
     for key, value in results.items():
         shown = f"{value:.3f}" if isinstance(value, float) else str(value)

@@ -24,6 +24,10 @@ from nvdaemon.bus import EventBus
 from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.config import ConfigError, LoadedConfig, load_config
+from nvdaemon.gpu import GpuRuntime, close_gpu, open_gpu
+from nvdaemon.gpu.xid import TASK_NAME as XID_TASK
+from nvdaemon.gpu.xid import serve_xid
+from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Event, new_event_id
 from nvdaemon.sinks import Sink, build_sinks
 from nvdaemon.statefile import atomic_write, quarantine
@@ -49,6 +53,8 @@ class Agent:
         self.engine = engine.EngineState()
         self.rules = engine.compile_rules(loaded.config.rules)
         self.snapshots: dict[str, TierSnapshot] = {}
+        self.gpu: GpuRuntime | None = None  # opened NVML (nvdaemon/gpu), when the gpu tier is configured and usable
+        self.skipped_tiers: set[str] = set()  # configured but unusable on this node (gpu without NVML)
         self.sinks: dict[str, Sink] = {}
         self.snapshot_version = 0
         self.heartbeats: dict[str, float] = {}  # trio clock of each tier's last completed tick
@@ -80,7 +86,7 @@ class Agent:
 
     def active_tiers(self) -> list[str]:
         """Configured tiers that have collectors in this build."""
-        return [t for t in self.loaded.tiers if collectors_for_tier(t)]
+        return [t for t in self.loaded.tiers if collectors_for_tier(t) and t not in self.skipped_tiers]
 
     def interval(self, tier: str) -> float:
         c = self.loaded.config
@@ -88,7 +94,8 @@ class Agent:
 
     def tier_fingerprint(self, tier: str) -> Hashable:
         c = self.loaded.config
-        return (tier, self.interval(tier), self.roots, c.collector_timeout_seconds)
+        settings = msgspec.json.encode(c.smart) if tier == "smart" else b""  # smartctl path, devices, timeouts
+        return (tier, self.interval(tier), self.roots, c.collector_timeout_seconds, settings)
 
     def server_fingerprint(self) -> Hashable:
         c = self.loaded.config
@@ -169,6 +176,8 @@ class Agent:
                 new_id=new_event_id,
             )
         )
+        if isinstance(history := self.sinks.get("history"), HistorySink):
+            history.ingest(snap)  # in-memory accumulation; the history task writes the windows
 
     # ---- health ---------------------------------------------------------------------------------------------
     def health_problems(self) -> list[str]:
@@ -198,6 +207,8 @@ class Agent:
             await sup.start(
                 f"tier:{tier}", serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier)
             )
+        if self.gpu is not None and self.loaded.config.gpu.xid:
+            await sup.start(XID_TASK, serve_xid, self, fingerprint=XID_TASK)
 
     async def sync_sinks(self) -> None:
         """Start sinks the config asks for; keep unchanged ones running; replace changed ones; stop removed ones."""
@@ -271,6 +282,7 @@ class Agent:
         self.started_clock = trio.current_time()
         self.load_engine()
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
+        await open_gpu(self)  # NVML unusable: the gpu tier is skipped, or NvmlUnavailable when it is the only tier
         async with trio.open_nursery() as root:
             self.root_scope = root.cancel_scope
             self.supervisor = sup = Supervisor(root)
@@ -282,8 +294,9 @@ class Agent:
             root.cancel_scope.deadline = trio.current_time() + grace
             sup.stopping = True
             # Producers first, then consumers: the tier loops stop publishing before the sinks flush and stop.
-            for name in [n for n in sup.tasks if n.startswith("tier:")]:
+            for name in [n for n in sup.tasks if n.startswith(("tier:", "source:"))]:
                 await sup.stop(name)
+            await close_gpu(self)  # the XID wait has returned and its event set is freed: nvmlShutdown
             for name in [n for n in sup.tasks if n != "http"]:
                 await sup.stop(name)
             with trio.CancelScope(shield=True), trio.move_on_after(max(grace / 2, 0.5)):
@@ -300,8 +313,12 @@ class Agent:
 async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Collect ``tier`` every interval at a fixed rate (missed ticks are skipped, not bunched up)."""
     config = agent.loaded.config
-    limiter = trio.CapacityLimiter(4)
-    runners = [CollectorRunner(c, limiter) for c in collectors_for_tier(tier)]
+    gpu = agent.gpu if tier == "gpu" else None  # NVML calls run under the GPU runtime's own limiter
+    limiter = gpu.limiter if gpu is not None else trio.CapacityLimiter(4)
+    collectors = gpu.collectors() if gpu is not None else collectors_for_tier(tier)
+    for collector in collectors:
+        collector.configure(config)
+    runners = [CollectorRunner(c, limiter) for c in collectors]
     interval = agent.interval(tier)
     roots = agent.roots
     next_tick = trio.current_time()

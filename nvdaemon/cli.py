@@ -60,12 +60,16 @@ def _run(args: argparse.Namespace) -> int:
     import trio
 
     from nvdaemon.app import Agent
+    from nvdaemon.nvml import NvmlUnavailable
 
     agent = Agent(loaded, config_path=args.config, host_root=args.host_root)
     try:
         trio.run(agent.run)
     except OSError as exc:
         logging.getLogger("nvdaemon").error("cannot run: %s", exc)
+        return 1
+    except NvmlUnavailable as exc:  # gpu is the only tier and NVML cannot be used
+        logging.getLogger("nvdaemon").error("cannot run: gpu tier: %s", exc)
         return 1
     return 0
 

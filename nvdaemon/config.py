@@ -85,11 +85,14 @@ class SmartConfig(_Section):
     smartctl_path: str = "smartctl"
     devices: list[str] = msgspec.field(default_factory=list)
     interval_seconds: Seconds = 300.0
-    timeout_seconds: Seconds = 30.0
+    timeout_seconds: Seconds = 30.0  # per smartctl run; the process (group) is killed after it
+    max_concurrent: Count = 4  # smartctl processes at once (a 24-disk JBOD never runs 24)
 
 
 class GpuConfig(_Section):
     xid: bool = True
+    backend: Literal["auto", "nvml", "fake"] = "auto"  # auto: the fake when fakeScenario is set, else NVML
+    fake_scenario: str = ""  # a recorded NVML scenario (fixtures/nvml/*.json): fixtures, tests, local runs only
 
 
 class SpoolConfig(_Section):
@@ -277,6 +280,9 @@ def _semantic_checks(raw: dict[str, Any]) -> list[ConfigIssue]:
     for i, hook in enumerate(hooks):
         issues += webhook_issues(hook, f"sinks.webhook[{i}]")  # https or loopback, one secret source, headers
     issues += nvsentinel_issues(raw)  # CUSTOM needs its text, check names, XID numbers
+    gpu = _sub(raw, "gpu", dict)
+    if gpu.get("backend") == "fake" and not gpu.get("fakeScenario"):
+        issues.append(ConfigIssue("gpu.fakeScenario", "required with gpu.backend fake (a fixtures/nvml/*.json file)"))
     return issues
 
 

@@ -33,6 +33,7 @@ class CollectorStatus:
     errors: list[str] = field(default_factory=list)
     error_total: int = 0
     samples: int = 0
+    detail: dict[str, Any] = field(default_factory=dict)  # Collector.detail() of the last run, when it has one
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +43,7 @@ class CollectorStatus:
             "errors": self.errors,
             "errorTotal": self.error_total,
             "samples": self.samples,
+            **({"detail": self.detail} if self.detail else {}),
         }
 
 
@@ -52,6 +54,8 @@ class TierSnapshot:
     collectors: dict[str, CollectorStatus]
     collected_at: float
     duration: float
+    # The collector instances, for surfaces that need more than samples (the smartctl_exporter drop-in).
+    sources: dict[str, Collector] = field(default_factory=dict)
 
 
 class CollectorRunner:
@@ -81,6 +85,7 @@ class CollectorRunner:
             errors.append("previous read has not returned yet (hung file system or device); skipped")
         else:
             gathered: Gathered | None = None
+            read_timeout = self.collector.read_timeout(read_timeout)  # the smart tier allows its smartctl runs
             try:
                 with trio.move_on_after(read_timeout) as scope:
                     gathered = await trio.to_thread.run_sync(
@@ -105,6 +110,7 @@ class CollectorRunner:
         st.error_total += len(errors)
         st.duration = trio.current_time() - began
         st.samples = len(samples)
+        st.detail = self.collector.detail()
         return samples
 
 
@@ -129,4 +135,5 @@ async def collect_tier(
         collectors={r.collector.name: r.status for r in runners},
         collected_at=collected_at,
         duration=trio.current_time() - began,
+        sources={r.collector.name: r.collector for r in runners},
     )

@@ -218,7 +218,7 @@ def test_unknown_key_without_a_close_match_lists_known_keys() -> None:
     err = errors("gpu: {zzzzzz: 1}\n")
     ((path, (_, message)),) = issue_map(err).items()
     assert path == "gpu.zzzzzz"
-    assert "known keys: xid" in message
+    assert "known keys: backend, fakeScenario, xid" in message
 
 
 def test_every_error_reported_at_once_with_file_line_and_path() -> None:

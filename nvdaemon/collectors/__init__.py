@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from nvdaemon.collectors.base import Collector
 from nvdaemon.collectors.cpu import CpuCollector
 from nvdaemon.collectors.diskstats import DiskStatsCollector
+from nvdaemon.collectors.gpu import GpuCollector
 from nvdaemon.collectors.hwmon import HwmonCollector
 from nvdaemon.collectors.loadavg import LoadAvgCollector
 from nvdaemon.collectors.memory import MemoryCollector
@@ -18,6 +19,7 @@ from nvdaemon.collectors.netdev import NetDevCollector
 from nvdaemon.collectors.pcie_aer import PcieAerCollector
 from nvdaemon.collectors.pressure import PressureCollector
 from nvdaemon.collectors.rapl import RaplCollector
+from nvdaemon.collectors.smart import SmartCollector
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ COLLECTORS: tuple[CollectorSpec, ...] = (
     CollectorSpec(
         "pcie_aer", "core", PcieAerCollector, description="/sys/bus/pci/devices/*/aer_dev_{correctable,nonfatal,fatal}"
     ),
+    # Bound to the opened NVML backend by the GPU runtime (nvdaemon/gpu); unbound it reports "not present".
+    CollectorSpec("nvml", "gpu", GpuCollector, description="NVML (nvidia-ml-py), one snapshot per GPU"),
+    # pySMART over smartctl (smart.smartctlPath), whole disks under devRoot or smart.devices; configured from smart.*
+    CollectorSpec("smart", "smart", SmartCollector, description="smartctl --all per disk, through pySMART"),
 )
 
 

@@ -16,9 +16,12 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from nvdaemon.model import Sample
+
+if TYPE_CHECKING:
+    from nvdaemon.config import Config
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,18 @@ class Collector(abc.ABC):
     @abc.abstractmethod
     def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
         """Turn parsed data into samples stamped ``now`` (runs on the event loop; no I/O)."""
+
+    def configure(self, config: Config) -> None:
+        """Take this collector's settings from the agent's config (once, before the first gather; no I/O)."""
+        return None
+
+    def read_timeout(self, default: float) -> float:
+        """How long one ``gather`` may take before it is abandoned (``collectorTimeoutSeconds`` unless overridden)."""
+        return default
+
+    def detail(self) -> dict[str, Any]:
+        """Extra plain data about the last run for ``/v1/state`` (empty: nothing beyond the status)."""
+        return {}
 
 
 def read_text(path: Path) -> str:

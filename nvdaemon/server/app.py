@@ -20,7 +20,7 @@ from quart import Response, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from nvdaemon.server import stream_routes
+from nvdaemon.server import history_routes, stream_routes
 from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
 from nvdaemon.server.state import state_document
 
@@ -95,6 +95,7 @@ def build_app(agent: Agent) -> QuartTrio:
         return json_response({"error": (exc.name or "error").lower(), "status": code}, code)
 
     stream_routes.register(app, agent)
+    history_routes.register(app, agent)
     return app
 
 

@@ -16,7 +16,10 @@ from prometheus_client.registry import Collector
 
 from nvdaemon import __version__
 from nvdaemon.catalogue import help_for
+from nvdaemon.compat.dcgm import render_dcgm
+from nvdaemon.compat.smartctl import render_smartctl
 from nvdaemon.model import Kind
+from nvdaemon.server.smart_metrics import smart_self_metrics
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -75,6 +78,8 @@ class SnapshotCollector(Collector):
                 duration.add_metric([name], st.duration)
                 errors.add_metric([name], st.error_total)
         yield from (success, present, duration, errors)
+        # nodevitals_smart_device_readable{device}: a disk the smart tier could not read is not silent.
+        yield from smart_self_metrics(agent.snapshots)
 
         events = CounterMetricFamily(
             "nodevitals_events", "Events emitted, by transition.", labels=["tier", "condition", "severity", "phase"]
@@ -132,7 +137,8 @@ class MetricsCache:
         agent = self.agent
         key = (agent.snapshot_version, agent.bus.published, agent.reloads, agent.changes)
         if key != self._key:
-            self._body = generate_latest(self.registry)
+            # dcgm-exporter's surface is rendered as text: its counters carry no _total, which prometheus_client adds.
+            self._body = generate_latest(self.registry) + render_dcgm(agent) + render_smartctl(agent)
             self._key = key
             self.renders += 1
         return self._body

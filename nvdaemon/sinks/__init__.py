@@ -104,7 +104,15 @@ def _nvsentinel(agent: Agent) -> list[Sink]:
     return build(agent)
 
 
-BUILDERS: tuple[Builder, ...] = (_stream, _webhook, _nvsentinel)
+def _history(agent: Agent) -> list[Sink]:
+    if not agent.loaded.config.history.enabled:
+        return []  # keep sqlite out of agents that keep no history
+    from nvdaemon.history.service import build
+
+    return build(agent)
+
+
+BUILDERS: tuple[Builder, ...] = (_stream, _webhook, _nvsentinel, _history)
 
 
 def build_sinks(agent: Agent) -> list[Sink]:

@@ -199,8 +199,8 @@ class _Persisted(msgspec.Struct, rename="camel"):
 
 
 def xid_record(ev: Event) -> XidRecord | None:
-    """An XID event of the GPU tier: condition ``gpu_xid``, detail ``{xid, description, action}`` and, where the tier
-    knows them, ``pci`` and ``uuid`` (the device otherwise stands for the GPU)."""
+    """An XID event of the GPU tier: condition ``gpu_xid_error``, detail ``{xid, description, gpu_uuid, pci_bus_id}``
+    (nvdaemon/gpu/events.py); where the tier did not know the uuid or PCI address, the device stands for the GPU."""
     d = ev.detail
     try:
         xid = int(str(d.get("xid")))
@@ -209,8 +209,8 @@ def xid_record(ev: Event) -> XidRecord | None:
     return XidRecord(
         xid=xid,
         device=ev.device,
-        pci=str(d.get("pci") or d.get("pciBusId") or ""),
-        uuid=str(d.get("uuid") or d.get("gpuUuid") or ""),
+        pci=str(d.get("pci_bus_id") or ""),
+        uuid=str(d.get("gpu_uuid") or ""),
         description=str(d.get("description") or ""),
         at=ev.started_at,
     )

@@ -35,7 +35,7 @@ import msgspec
 from nvdaemon.config import RuleNvsentinel
 from nvdaemon.engine import ActiveCondition
 
-XID_CONDITION = "gpu_xid"
+XID_CONDITION = "gpu_xid_error"  # the gpu tier's XID events (nvdaemon/gpu/events.py)
 XID_CHECK = "NvdaemonGpuXidError"
 CHECK_PREFIX = "Nvdaemon"
 DEFAULT_STRATEGY = "EXECUTE_REMEDIATION"

@@ -60,8 +60,8 @@ async def sync(
 
 
 def xid_event(xid: int, pci: str = "0000:3b:00.0", uuid: str = "GPU-1234") -> Event:
-    detail: dict[str, object] = {"xid": xid, "description": "from the driver", "action": "x", "pci": pci, "uuid": uuid}
-    return Event("x1", "node-a", "gpu", "gpu0", "gpu_xid", Phase.ENTER, "critical", 1, 1.0, detail=detail)
+    detail: dict[str, object] = {"xid": xid, "description": "from the driver", "pci_bus_id": pci, "gpu_uuid": uuid}
+    return Event("x1", "node-a", "gpu", "gpu0", "gpu_xid_error", Phase.ENTER, "critical", 1, 1.0, detail=detail)
 
 
 def persisted(rec: Reconciler) -> dict[str, object]:

@@ -52,7 +52,7 @@ async def test_xid_events_from_the_bus_raise_the_gpu_condition(
                 "gpu-node",
                 "gpu",
                 "gpu0",
-                "gpu_xid",
+                "gpu_xid_error",
                 Phase.ENTER,
                 "critical",
                 1,
@@ -60,9 +60,8 @@ async def test_xid_events_from_the_bus_raise_the_gpu_condition(
                 detail={
                     "xid": 48,
                     "description": "double bit ECC error",
-                    "action": "",
-                    "pci": "0000:3b:00.0",
-                    "uuid": "GPU-aa",
+                    "pci_bus_id": "0000:3b:00.0",
+                    "gpu_uuid": "GPU-aa",
                 },
             )
         )

@@ -1,0 +1,153 @@
+"""The GPU runtime: the NVML backend the agent opened at start, its limiter, and what the gpu tier, the XID source
+and the dcgm-exporter surface share (identities, driver version, XID counts, lost GPUs).
+
+Start (``open_gpu``, before the root nursery): when the config has the gpu tier, pick the backend (``gpu.backend``:
+``auto`` = the fake when ``gpu.fakeScenario`` is set, else NVML) and open it in a worker thread. NVML unusable (no
+libnvidia-ml, driver not loaded): with other tiers, one warning "skipping gpu tier" and the gpu tier is left out of
+``active_tiers()``; when gpu is the only tier, ``NvmlUnavailable`` propagates and ``nvdaemon run`` exits 1.
+
+Stop (``close_gpu``, after the tier loops and the XID source are stopped): wait for any abandoned NVML thread, then
+nvmlShutdown. The XID source has freed its event set by then (its wait thread returned first).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import trio
+
+from nvdaemon.collectors.base import Collector
+from nvdaemon.gpu.events import gpu_lost_event, xid_event
+from nvdaemon.model import Event
+from nvdaemon.nvml import XID_WAIT_MS, GpuIdentity, NvmlBackend, NvmlUnavailable, XidNotice
+
+if TYPE_CHECKING:
+    from nvdaemon.app import Agent
+
+log = logging.getLogger(__name__)
+
+NVML_THREADS = 4  # NVML calls in flight at once: one XID wait plus the tier's snapshot, with room to spare
+CLOSE_WAIT_SECONDS = 2.0
+
+
+class GpuRuntime:
+    """Shared by the gpu tier, the XID source and the dcgm-exporter surface; touched only from the trio thread."""
+
+    def __init__(
+        self,
+        backend: NvmlBackend,
+        identities: list[GpuIdentity],
+        *,
+        node: str,
+        driver_version: str = "",
+        emit: Callable[[list[Event]], None] = lambda events: None,
+        next_seq: Callable[[], int] = lambda: 0,
+        xid_wait_ms: int = XID_WAIT_MS,
+    ) -> None:
+        self.backend = backend
+        self.identities = {g.index: g for g in identities}
+        self.node = node
+        self.driver_version = driver_version
+        self.limiter = trio.CapacityLimiter(NVML_THREADS)
+        self.emit = emit
+        self.next_seq = next_seq
+        self.xid_wait_ms = xid_wait_ms
+        self.xid_counts: collections.Counter[tuple[int, int]] = collections.Counter()  # (gpu index, xid) -> n
+        self.last_xid: dict[int, int] = {}  # gpu index -> last XID (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS)
+        self.lost: dict[int, float] = {}  # gpu index -> when it was found lost
+
+    def collectors(self) -> list[Collector]:
+        from nvdaemon.collectors.gpu import GpuCollector
+
+        return [GpuCollector(self)]
+
+    def identity(self, index: int | None) -> GpuIdentity:
+        if index is None:
+            return GpuIdentity(-1)
+        return self.identities.get(index) or GpuIdentity(index)
+
+    def learn(self, ident: GpuIdentity) -> None:
+        if ident.uuid:
+            self.identities[ident.index] = ident
+
+    def on_xids(self, notices: list[XidNotice], now: float | None = None) -> list[Event]:
+        """Count the XIDs and publish one event each, straight onto the bus."""
+        now = time.time() if now is None else now
+        events = []
+        for n in notices:
+            if n.index is not None:
+                self.xid_counts[(n.index, n.xid)] += 1
+                self.last_xid[n.index] = n.xid
+            events.append(xid_event(n, self.identity(n.index), node=self.node, seq=self.next_seq(), now=now))
+        if events:
+            self.emit(events)
+        return events
+
+    def set_lost(self, ident: GpuIdentity, lost: bool, now: float, error: str = "") -> None:
+        """Publish ``gpu_lost`` ENTER when a GPU stops answering and EXIT when it answers again, once each."""
+        index = ident.index
+        if lost and index not in self.lost:
+            self.lost[index] = now
+            self.emit([gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, error=error)])
+        elif not lost and index in self.lost:
+            started = self.lost.pop(index)
+            ev = gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, started_at=started, recovered=True)
+            self.emit([ev])
+
+
+def _backend_for(agent: Agent) -> NvmlBackend:
+    cfg = agent.loaded.config.gpu
+    if cfg.backend == "fake" or (cfg.backend == "auto" and cfg.fake_scenario):
+        from nvdaemon.nvml.fake import FakeNvml, ScenarioError
+
+        try:
+            return FakeNvml(cfg.fake_scenario)
+        except ScenarioError as exc:
+            raise NvmlUnavailable(f"fake NVML scenario: {exc}") from exc
+    from nvdaemon.nvml.real import RealNvml
+
+    return RealNvml()
+
+
+async def open_gpu(agent: Agent, backend: NvmlBackend | None = None) -> GpuRuntime | None:
+    """Open NVML when the gpu tier is configured; see the module docstring for what happens when it cannot be."""
+    if "gpu" not in agent.loaded.tiers:
+        return None
+    try:
+        backend = backend or _backend_for(agent)
+        identities = await trio.to_thread.run_sync(backend.open)
+    except NvmlUnavailable as exc:
+        if not [t for t in agent.active_tiers() if t != "gpu"]:
+            raise
+        log.warning("skipping gpu tier: %s", exc)
+        agent.skipped_tiers.add("gpu")
+        return None
+    driver = await trio.to_thread.run_sync(backend.driver_version)
+
+    def next_seq() -> int:  # the engine's sequence, so XIDs and rule events share one ordering
+        agent.engine.seq += 1
+        return agent.engine.seq
+
+    rt = GpuRuntime(backend, identities, node=agent.node, driver_version=driver, emit=agent.emit, next_seq=next_seq)
+    agent.gpu = rt
+    log.info("gpu: %d GPU(s), driver %s", len(identities), driver or "unknown")
+    return rt
+
+
+async def close_gpu(agent: Agent) -> None:
+    """nvmlShutdown once no NVML call is in flight (an abandoned snapshot thread is waited for, briefly)."""
+    rt, agent.gpu = agent.gpu, None
+    if rt is None:
+        return
+    with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_WAIT_SECONDS):
+        # Holding every token of the NVML limiter = no NVML thread is running (abandoned ones included).
+        for _ in range(int(rt.limiter.total_tokens)):
+            await rt.limiter.acquire_on_behalf_of(object())
+        await trio.to_thread.run_sync(rt.backend.close)
+
+
+__all__ = ["GpuRuntime", "close_gpu", "open_gpu"]

@@ -1,0 +1,205 @@
+"""The history task: a ``Sink`` named ``history`` that takes its samples from the agent's snapshots (``ingest``,
+called by ``Agent.on_snapshot``: in-memory accumulation only) rather than from the event bus, and writes the
+complete windows every ``history.intervalMinutes``, just after each window ends.
+
+Every sqlite call runs in a worker thread under one ``CapacityLimiter(1)`` (flushes and ``/v1/history`` queries
+alike), so the connection is only ever used by one thread at a time. On stop (SIGTERM, reload, a crash) a shielded,
+deadline-bound final flush writes the complete windows and saves the windows in progress to the ``pending`` table,
+which the next start reads back: a graceful restart loses only the samples it did not take, a crash at most the
+window in progress. A database sqlite calls corrupt, when opened or later, is moved aside and a fresh one started.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from nvdaemon.bus import EventBus
+from nvdaemon.config import HistoryConfig
+from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist
+from nvdaemon.sinks import Sink
+
+if TYPE_CHECKING:
+    from nvdaemon.app import Agent
+    from nvdaemon.history.store import HistoryStore, QueryResult
+    from nvdaemon.tiers import TierSnapshot
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SETTLE_SECONDS = 5.0  # a window is written this long after it ends: a tick stamped just before has time to land
+FINAL_FLUSH_SECONDS = 5.0  # at most, and at most half the shutdown grace
+
+
+class Unavailable(Exception):
+    """The store is not open (the task is starting or restarting)."""
+
+
+class HistorySink(Sink):
+    name = "history"
+
+    def __init__(self, agent: Agent, config: HistoryConfig, wall: Callable[[], float] = time.time) -> None:
+        self.agent = agent
+        self.config = config
+        self.wall = wall
+        self.path = agent.loaded.state_dir / "history.db"
+        self.windows = Windows(config.interval_minutes * 60, allowlist(config.metrics))
+        self.store: HistoryStore | None = None
+        self.limiter = trio.CapacityLimiter(1)
+        self.points_written = 0
+        self.series = 0
+        self.db_bytes = 0
+        self.flushes = 0
+        self.quarantined = 0
+        self.last_flush_at: float | None = None
+        self.last_error: str | None = None
+
+    # ---- the Sink interface ---------------------------------------------------------------------------------
+    def fingerprint(self) -> Hashable:
+        c = self.config
+        return ("history", c.interval_minutes, c.retention_days, tuple(sorted(self.windows.allow)), self.path)
+
+    def attach(self, bus: EventBus) -> None:
+        """No bus subscription: history reads snapshots, not events (an unread channel would only count drops)."""
+        self.committed_seq = bus.last_seq
+
+    def ingest(self, snap: TierSnapshot) -> None:
+        self.windows.ingest(snap.samples, snap.collected_at)
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        from nvdaemon.history.store import open_store
+
+        self.store, moved = await trio.to_thread.run_sync(open_store, self.path, limiter=self.limiter)
+        self.quarantined += moved
+        try:
+            pending, stats = await self._call(lambda s: (s.take_pending(), s.stats()))
+            self.windows.restore(pending)
+            self._set_stats(stats)
+            task_status.started()
+            interval = self.windows.interval
+            while True:
+                now = self.wall()
+                next_end = (int(now // interval) + 1) * interval
+                await trio.sleep(max(0.0, next_end + SETTLE_SECONDS - now))
+                await self.flush()
+        finally:
+            grace = self.agent.loaded.config.shutdown_grace_seconds
+            with trio.CancelScope(shield=True), trio.move_on_after(min(FINAL_FLUSH_SECONDS, grace / 2)):
+                try:
+                    await self.flush(final=True)
+                except Exception as exc:  # the stop goes on; the windows stay in memory for a restart
+                    log.warning("history: final flush failed: %s", exc)
+                # Abandoned at the deadline, the close still runs once the thread before it is done.
+                await self._call(self._close, abandon=True)
+            self.store = None
+
+    # ---- flushing -------------------------------------------------------------------------------------------
+    async def flush(self, final: bool = False) -> int:
+        """Write every window that has ended; with ``final`` also save the windows in progress as pending."""
+        now = self.wall()
+        done = self.windows.take_complete(now)
+        pending = self.windows.take_all() if final else []
+        prune_before = int(now) - self.config.retention_days * 86400
+        try:
+            written, stats = await self._call(
+                lambda s: (s.write(done, prune_before, pending), s.stats()), abandon=final
+            )
+        except BaseException as exc:
+            self.windows.restore(done)
+            self.windows.restore(pending)
+            if not isinstance(exc, trio.Cancelled):
+                self.last_error = f"{type(exc).__name__}: {exc}"
+            raise
+        self.points_written += written
+        self.flushes += 1
+        self.last_flush_at = now
+        self.last_error = None
+        if written:
+            self.agent.changes += 1
+        self._set_stats(stats)
+        return written
+
+    def _set_stats(self, stats: tuple[int, int]) -> None:
+        if stats != (self.series, self.db_bytes):
+            self.series, self.db_bytes = stats
+            self.agent.changes += 1
+
+    # ---- queries --------------------------------------------------------------------------------------------
+    async def query(self, metric: str, q: Query, limit: int = MAX_POINTS) -> QueryResult:
+        from nvdaemon.history.store import QueryResult
+
+        if q.node is not None and q.node != self.agent.node:
+            return QueryResult()  # one node per file: another node's series are not here
+        return await self._call(lambda s: s.query(metric, q.device, q.since, q.step, limit))
+
+    # ---- the store, in a worker thread ----------------------------------------------------------------------
+    async def _call(self, fn: Callable[[HistoryStore], T], abandon: bool = False) -> T:
+        if self.store is None:
+            raise Unavailable("history store not open")
+        return await trio.to_thread.run_sync(
+            functools.partial(self._guarded, fn), limiter=self.limiter, abandon_on_cancel=abandon
+        )
+
+    def _guarded(self, fn: Callable[[HistoryStore], T]) -> T:
+        """Run ``fn`` on the store (worker thread); a store sqlite finds corrupt is moved aside, a fresh one opened
+        and ``fn`` run once more on it."""
+        import sqlite3
+
+        from nvdaemon.history.store import HistoryStore, is_corrupt, quarantine_db
+
+        store = self.store
+        if store is None:
+            raise Unavailable("history store not open")
+        try:
+            return fn(store)
+        except sqlite3.DatabaseError as exc:
+            if not is_corrupt(exc):
+                raise
+            store.close()
+            quarantine_db(self.path, str(exc))
+            self.quarantined += 1
+            self.store = store = HistoryStore(self.path)
+            return fn(store)
+
+    def _close(self, store: HistoryStore) -> None:
+        self.store = None  # in the thread, under the limiter: no call queued behind this one sees a closed file
+        store.close()
+
+    # ---- observability --------------------------------------------------------------------------------------
+    def metrics(self) -> Iterable[Metric]:
+        written = CounterMetricFamily(
+            "nodevitals_history_points_written", "History points written (new or merged) since start."
+        )
+        written.add_metric([], self.points_written)
+        series = GaugeMetricFamily("nodevitals_history_series", "Series in the history store.")
+        series.add_metric([], self.series)
+        size = GaugeMetricFamily("nodevitals_history_db_bytes", "Size of the history store on disk (file and WAL).")
+        size.add_metric([], self.db_bytes)
+        return (written, series, size)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "open": self.store is not None,
+            "intervalMinutes": self.config.interval_minutes,
+            "retentionDays": self.config.retention_days,
+            "metrics": sorted(self.windows.allow),
+            "series": self.series,
+            "pointsWritten": self.points_written,
+            "dbBytes": self.db_bytes,
+            "openWindows": len(self.windows.open),
+            "flushes": self.flushes,
+            "lastFlushAt": self.last_flush_at,
+            "lastError": self.last_error,
+            "quarantined": self.quarantined,
+        }
+
+
+def build(agent: Agent) -> list[Sink]:
+    config = agent.loaded.config.history
+    return [HistorySink(agent, config)] if config.enabled else []

@@ -1,0 +1,120 @@
+"""Render the chart with a real helm (scripts/fetch-helm puts v3.19.0 in .tools/helm; else helm on PATH)."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "chart"
+NAMESPACE = "nvdaemon-system"
+RELEASE = "nv"
+KUBERNETES_VERSION = "1.30.0"  # kubernetes-validate bundles its schemas: validation needs no network
+
+Doc = dict[str, Any]
+
+
+def helm_path() -> str | None:
+    local = ROOT / ".tools" / "helm"
+    if local.is_file():
+        return str(local)
+    return shutil.which("helm")
+
+
+def require_helm() -> str:
+    helm = helm_path()
+    if helm is None:
+        pytest.skip("helm not found: run scripts/fetch-helm (puts helm v3.19.0 in .tools/helm) or put helm on PATH")
+    return helm
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([require_helm(), *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _render(values_json: str) -> str:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+        f.write(values_json)  # JSON is YAML
+        f.flush()
+        proc = run_helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", f.name)
+    if proc.returncode != 0:
+        raise RenderError(proc.stderr)
+    return proc.stdout
+
+
+class RenderError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Rendered:
+    text: str
+    docs: list[Doc]
+
+    def kind(self, kind: str) -> list[Doc]:
+        return [d for d in self.docs if d["kind"] == kind]
+
+    def get(self, kind: str, name: str) -> Doc:
+        found = [d for d in self.kind(kind) if d["metadata"]["name"] == name]
+        assert len(found) == 1, f"{kind}/{name}: {len(found)} found among {[d['metadata']['name'] for d in self.docs]}"
+        return found[0]
+
+    def daemonsets(self) -> dict[str, Doc]:
+        """DaemonSets by the app.kubernetes.io/component label (core, smart, gpu; agent with singlePod)."""
+        return {d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in self.kind("DaemonSet")}
+
+    def config_of(self, ds: Doc) -> tuple[str, dict[str, Any]]:
+        """The config.yaml text the DaemonSet's pods mount, and its parsed form."""
+        volumes = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+        cm = self.get("ConfigMap", volumes["config"]["configMap"]["name"])
+        text = cm["data"]["config.yaml"]
+        return text, yaml.safe_load(text)
+
+    def secret_data(self) -> dict[str, str]:
+        """Every key of every rendered Secret, decoded, as name/key."""
+        out: dict[str, str] = {}
+        for s in self.kind("Secret"):
+            for key, value in (s.get("data") or {}).items():
+                out[f"{s['metadata']['name']}/{key}"] = base64.b64decode(value).decode()
+        return out
+
+
+def render(values: dict[str, Any] | None = None) -> Rendered:
+    text = _render(json.dumps(values or {}, sort_keys=True))
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    return Rendered(text, docs)
+
+
+def pod_spec(ds: Doc) -> dict[str, Any]:
+    spec: dict[str, Any] = ds["spec"]["template"]["spec"]
+    return spec
+
+
+def agent(ds: Doc) -> dict[str, Any]:
+    found: list[dict[str, Any]] = [c for c in pod_spec(ds)["containers"] if c["name"] == "nvdaemon"]
+    (container,) = found
+    return container
+
+
+def mounts(ds: Doc) -> dict[str, dict[str, Any]]:
+    """The agent container's mounts by mount path, each with its volume under "volume"."""
+    volumes = {v["name"]: v for v in pod_spec(ds)["volumes"]}
+    return {m["mountPath"]: {**m, "volume": volumes[m["name"]]} for m in agent(ds).get("volumeMounts", [])}
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

@@ -1,0 +1,244 @@
+"""``GET /v1/history/{metric}`` through the app (quart-trio test client): every parameter, errors as JSON naming the
+parameter, 413 with a hint, 404 when disabled, the token guard, SQL-looking values as data, and hypothesis garbage
+for each parameter that never gives a 500."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nvdaemon.app import Agent
+from nvdaemon.history.core import EPOCH, MAX_POINTS, Acc, quantum_for
+from nvdaemon.history.service import HistorySink
+from nvdaemon.history.store import _UPSERT, HistoryStore
+from nvdaemon.server.app import build_app
+from nvdaemon.supervise import Supervisor
+from tests.history.helpers import Wall, make_agent, snap
+
+NOW = (int(time.time()) // 300) * 300  # the newest window end; points are laid out back from it
+EVIL_METRIC = "x'; DROP TABLE points; --"
+EVIL_DEVICE = "gpu0' OR '1'='1"
+
+
+def fill(sink: HistorySink) -> None:
+    """Two days of 5-minute windows: two GPUs' temperature, one GPU's power; one SQL-looking series."""
+    for i in range(576):
+        end = NOW - i * 300
+        rows = [("gpu_temperature_celsius", f"gpu{g}", 40.0 + g + (i % 12), end - 10) for g in (0, 1)]
+        rows += [("gpu_power_watts", "gpu0", 300.0, end - 10)]
+        sink.ingest(snap(*rows))
+    sink.ingest(snap((EVIL_METRIC, EVIL_DEVICE, 7.0, NOW - 10)))
+
+
+async def get(agent: Agent, path: str, **params: str) -> tuple[int, dict[str, Any]]:
+    client = build_app(agent).test_client()
+    resp = await client.get(path, query_string=params or None)
+    body = await resp.get_data()
+    assert resp.headers["Content-Type"] == "application/json"
+    doc: dict[str, Any] = json.loads(body)
+    return resp.status_code, doc
+
+
+@pytest.fixture
+async def agent(tmp_path: Path) -> AsyncIterator[Agent]:
+    agent = make_agent(
+        tmp_path, f"{{enabled: true, metrics: [gpu_temperature_celsius, gpu_power_watts, {json.dumps(EVIL_METRIC)}]}}"
+    )
+    async with trio.open_nursery() as nursery:
+        agent.supervisor = Supervisor(nursery)
+        await agent.sync_sinks()
+        sink = agent.sinks["history"]
+        assert isinstance(sink, HistorySink)
+        sink.wall = Wall(NOW + 1)
+        fill(sink)
+        assert await sink.flush() == 2 * 576 + 576 + 1
+        yield agent
+        nursery.cancel_scope.cancel()
+
+
+async def test_series_with_labels_points_oldest_first(agent: Agent) -> None:
+    status, doc = await get(agent, "/v1/history/gpu_temperature_celsius")
+    assert status == 200
+    assert (doc["metric"], doc["node"], doc["intervalSeconds"], doc["step"], doc["since"]) == (
+        "gpu_temperature_celsius",
+        "n1",
+        300,
+        None,
+        None,
+    )
+    assert doc["columns"] == ["time", "avg", "min", "max"]
+    assert [(s["device"], s["labels"], len(s["points"])) for s in doc["series"]] == [
+        ("gpu0", {}, 576),
+        ("gpu1", {}, 576),
+    ]
+    pts = doc["series"][1]["points"]
+    assert pts[-1] == [NOW, 41.0, 41.0, 41.0] and pts[0][0] == NOW - 575 * 300
+    assert [p[0] for p in pts] == sorted(p[0] for p in pts)
+
+
+async def test_unknown_metric_is_an_empty_list(agent: Agent) -> None:
+    status, doc = await get(agent, "/v1/history/no_such_metric")
+    assert (status, doc["metric"], doc["series"]) == (200, "no_such_metric", [])
+
+
+async def test_range(agent: Agent) -> None:
+    _, doc = await get(agent, "/v1/history/gpu_power_watts", range="1h")
+    times = [p[0] for p in doc["series"][0]["points"]]
+    assert doc["since"] is not None and all(t >= doc["since"] for t in times)
+    assert 11 <= len(times) <= 13 and times[-1] == NOW
+    _, doc = await get(agent, "/v1/history/gpu_power_watts", range="30m")
+    assert 5 <= len(doc["series"][0]["points"]) <= 7
+    _, doc = await get(agent, "/v1/history/gpu_power_watts", range="")
+    assert len(doc["series"][0]["points"]) == 576
+
+
+async def test_step(agent: Agent) -> None:
+    _, doc = await get(agent, "/v1/history/gpu_temperature_celsius", device="gpu0", step="1h")
+    pts = doc["series"][0]["points"]
+    assert doc["step"] == 3600 and all(p[0] % 3600 == 0 for p in pts)
+    assert 48 <= len(pts) <= 49
+    whole_hours = [p for p in pts[1:-1]]  # full buckets: the 12 distinct values 40..51 of gpu0
+    assert all(p[2] == 40.0 and p[3] == 51.0 and p[1] == 45.5 for p in whole_hours)
+
+
+async def test_device_and_node(agent: Agent) -> None:
+    _, doc = await get(agent, "/v1/history/gpu_temperature_celsius", device="gpu1")
+    assert [s["device"] for s in doc["series"]] == ["gpu1"]
+    _, doc = await get(agent, "/v1/history/gpu_temperature_celsius", device="gpu9")
+    assert doc["series"] == []
+    _, doc = await get(agent, "/v1/history/gpu_temperature_celsius", node="n1")
+    assert len(doc["series"]) == 2
+    _, doc = await get(agent, "/v1/history/gpu_temperature_celsius", node="other-node")
+    assert doc["series"] == []
+
+
+@pytest.mark.parametrize(
+    ("params", "param"),
+    [
+        ({"range": "ninety days"}, "range"),
+        ({"range": "-1d"}, "range"),
+        ({"step": "10s"}, "step"),
+        ({"step": "1y"}, "step"),
+        ({"limit": "5"}, "limit"),
+    ],
+)
+async def test_bad_parameters_are_400_naming_which(agent: Agent, params: dict[str, str], param: str) -> None:
+    status, doc = await get(agent, "/v1/history/gpu_power_watts", **params)
+    assert status == 400
+    assert doc["error"] == "bad request" and doc["parameter"] == param and param in doc["detail"]
+
+
+async def test_repeated_parameter_is_400(agent: Agent) -> None:
+    client = build_app(agent).test_client()
+    resp = await client.get("/v1/history/gpu_power_watts?range=1d&range=2d")
+    assert resp.status_code == 400 and json.loads(await resp.get_data())["parameter"] == "range"
+
+
+async def test_sql_looking_values_stay_data(agent: Agent) -> None:
+    status, doc = await get(agent, "/v1/history/" + quote(EVIL_METRIC, safe=""), device=EVIL_DEVICE)
+    assert status == 200
+    assert [(s["device"], s["points"]) for s in doc["series"]] == [(EVIL_DEVICE, [[NOW, 7.0, 7.0, 7.0]])]
+    _, doc = await get(agent, "/v1/history/gpu_power_watts", device="' OR 1=1 --")
+    assert doc["series"] == []
+    _, doc = await get(agent, "/v1/history/gpu_power_watts")
+    assert len(doc["series"][0]["points"]) == 576  # nothing was dropped
+
+
+async def test_more_than_the_limit_is_413_with_a_hint(agent: Agent) -> None:
+    sink = agent.sinks["history"]
+    assert isinstance(sink, HistorySink) and sink.store is not None
+    store = sink.store
+
+    def bulk() -> None:  # 200,001 minutes of one series, straight into the file
+        sid, _ = store._series(("gpu_utilization_pct", "gpu0", ()))
+        start = (NOW - EPOCH) // 60 - MAX_POINTS
+        a = round(50 * -quantum_for("gpu_utilization_pct"))
+        store.db.execute("BEGIN")
+        store.db.executemany(_UPSERT, ((sid, start + m, a, 0, 0) for m in range(MAX_POINTS + 1)))
+        store.db.execute("COMMIT")
+
+    await trio.to_thread.run_sync(bulk, limiter=sink.limiter)
+    status, doc = await get(agent, "/v1/history/gpu_utilization_pct")
+    assert status == 413
+    assert doc["points"] == MAX_POINTS + 1 and doc["limit"] == MAX_POINTS and "step=" in doc["hint"]
+    status, doc = await get(agent, "/v1/history/gpu_utilization_pct", step="1d")
+    assert status == 200 and 139 <= len(doc["series"][0]["points"]) <= 141
+    assert doc["series"][0]["points"][0][1:] == [50.0, 50.0, 50.0]
+
+
+async def test_token_guard_applies(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("history-token\n")
+    agent = make_agent(tmp_path, extra=f"server: {{apiTokenFile: {token}}}\n")
+    agent.sinks["history"] = HistorySink(agent, agent.loaded.config.history)  # built, its task not started
+    client = build_app(agent).test_client()
+    assert (await client.get("/v1/history/gpu_power_watts")).status_code == 401
+    resp = await client.get("/v1/history/gpu_power_watts", headers={"Authorization": "Bearer history-token"})
+    assert resp.status_code == 503  # past the guard; the store is not open (no task running)
+    assert json.loads(await resp.get_data())["error"] == "history store not open yet"
+
+
+async def test_disabled_is_404(tmp_path: Path) -> None:
+    status, doc = await get(make_agent(tmp_path, "{enabled: false}"), "/v1/history/gpu_power_watts", range="1d")
+    assert (status, doc) == (404, {"error": "history disabled"})
+
+
+# ---- hypothesis garbage: one shared store, one trio.run per example ------------------------------------------
+@pytest.fixture(scope="module")
+def garbage_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
+    agent = make_agent(tmp_path_factory.mktemp("garbage"))
+    sink = agent.sinks["history"] = HistorySink(agent, agent.loaded.config.history)
+    sink.store = HistoryStore(sink.path)
+    sink.store.write([((("gpu_power_watts", "gpu0", ()), NOW), Acc(1, 1.0, 1.0, 1.0))])
+    yield agent
+    sink.store.close()
+
+
+def ask(agent: Agent, metric: str, params: dict[str, str] | list[tuple[str, str]]) -> tuple[int, Any]:
+    async def go() -> tuple[int, Any]:
+        resp = await build_app(agent).test_client().get("/v1/history/" + quote(metric, safe=""), query_string=params)
+        if resp.status_code == 308:  # werkzeug merges the slashes of a metric that starts with "/": not an error
+            return 308, None
+        return resp.status_code, json.loads(await resp.get_data())
+
+    return trio.run(go)
+
+
+GARBAGE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+junk = st.text(max_size=40)
+
+
+@GARBAGE
+@given(param=st.sampled_from(["range", "step", "device", "node"]), value=junk)
+def test_garbage_in_each_parameter_is_never_a_500(garbage_agent: Agent, param: str, value: str) -> None:
+    status, doc = ask(garbage_agent, "gpu_power_watts", {param: value})
+    assert status in (200, 400), (status, doc)
+    if status == 400:
+        assert doc["parameter"] == param
+    else:
+        assert isinstance(doc["series"], list)
+
+
+@GARBAGE
+@given(metric=st.text(min_size=1, max_size=60))
+def test_garbage_metric_is_never_a_500(garbage_agent: Agent, metric: str) -> None:
+    status, doc = ask(garbage_agent, metric, {})
+    assert status in (200, 400, 404, 308), (status, doc)  # 404 and 308: a metric with "/" is another path
+    if status == 200:
+        assert doc["series"] == [] or metric == "gpu_power_watts"
+
+
+@GARBAGE
+@given(pairs=st.lists(st.tuples(junk, junk), max_size=4))
+def test_garbage_parameter_names_are_never_a_500(garbage_agent: Agent, pairs: list[tuple[str, str]]) -> None:
+    status, doc = ask(garbage_agent, "gpu_power_watts", pairs)
+    assert status in (200, 400), (status, doc)

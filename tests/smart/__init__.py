@@ -1,0 +1,1 @@
+"""The SMART tier: pySMART against the stand-in smartctl in fixtures/smartctl."""
