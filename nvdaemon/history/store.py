@@ -38,6 +38,7 @@ from nvdaemon.history.core import (
     quantum_for,
     to_minutes,
 )
+from nvdaemon.sqlitetx import transaction
 from nvdaemon.statefile import ensure_dir, quarantine
 
 log = logging.getLogger(__name__)
@@ -134,14 +135,7 @@ class HistoryStore:
         self.db.close()
 
     def _tx(self, fn: Callable[[], T]) -> T:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            result = fn()
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
-        return result
+        return transaction(self.db, fn)
 
     def _series(self, key: SeriesKey) -> tuple[int, int]:
         known = self.ids.get(key)

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from nvdaemon.sqlitetx import transaction
 from nvdaemon.statefile import ensure_dir
 
 FILE = "spool.db"
@@ -106,14 +107,7 @@ class SpoolDB:
 
     def _tx(self, sync: str, fn: Callable[[], T]) -> T:
         self.db.execute(f"PRAGMA synchronous={sync}")
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            result = fn()
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
-        return result
+        return transaction(self.db, fn)
 
     def share(self, endpoint: str, refresh: bool = False) -> Share:
         sh = self._shares.get(endpoint)
