@@ -23,6 +23,8 @@ from nvdaemon import engine
 from nvdaemon.bus import EventBus
 from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
+from nvdaemon.compat.node_exporter import TABLE as NODE_EXPORTER_TABLE
+from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
 from nvdaemon.config import ConfigError, LoadedConfig, load_config
 from nvdaemon.gpu import GpuRuntime, close_gpu, open_gpu
 from nvdaemon.gpu.xid import TASK_NAME as XID_TASK
@@ -94,7 +96,8 @@ class Agent:
 
     def tier_fingerprint(self, tier: str) -> Hashable:
         c = self.loaded.config
-        settings = msgspec.json.encode(c.smart) if tier == "smart" else b""  # smartctl path, devices, timeouts
+        # smartctl path, devices, timeouts; the node_exporter collectors and their filters run in the core tier
+        settings = {"smart": msgspec.json.encode(c.smart), "core": msgspec.json.encode(c.node_exporter)}.get(tier, b"")
         return (tier, self.interval(tier), self.roots, c.collector_timeout_seconds, settings)
 
     def server_fingerprint(self) -> Hashable:
@@ -316,6 +319,8 @@ async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None]
     gpu = agent.gpu if tier == "gpu" else None  # NVML calls run under the GPU runtime's own limiter
     limiter = gpu.limiter if gpu is not None else trio.CapacityLimiter(4)
     collectors = gpu.collectors() if gpu is not None else collectors_for_tier(tier)
+    if tier == "core":  # the node_exporter drop-in (nodeExporter.enabled) runs its collectors in the core tier
+        collectors += node_exporter_collectors(config, NODE_EXPORTER_TABLE)
     for collector in collectors:
         collector.configure(config)
     runners = [CollectorRunner(c, limiter) for c in collectors]

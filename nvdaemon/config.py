@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from nvdaemon.compat.node_exporter.options import node_exporter_issues
 from nvdaemon.configcheck import ConfigIssue, check_against, locate, yaml_index
 from nvdaemon.sinks.nvsentinel_config import normalise_xid_keys, nvsentinel_issues
 from nvdaemon.sinks.webhook_config import webhook_issues
@@ -161,6 +162,48 @@ class Toggle(_Section):
     enabled: bool = False
 
 
+# node_exporter's defaults for its most used per-collector filters (regular expressions, Python syntax).
+NODE_DISKSTATS_EXCLUDE = r"^(ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p)\d+$"
+NODE_MOUNT_POINTS_EXCLUDE = r"^/(dev|proc|run/credentials/.+|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)"
+NODE_FS_TYPES_EXCLUDE = (
+    r"^(autofs|binfmt_misc|bpf|cgroup2?|configfs|debugfs|devpts|devtmpfs|fusectl|hugetlbfs|iso9660|mqueue|nsfs|"
+    r"overlay|proc|procfs|pstore|rpc_pipefs|securityfs|selinuxfs|squashfs|sysfs|tracefs)$"
+)
+
+
+class NodeDiskstatsOptions(_Section):
+    device_include: str = ""  # when set, only matching devices (device_exclude is then ignored)
+    device_exclude: str = NODE_DISKSTATS_EXCLUDE
+
+
+class NodeFilesystemOptions(_Section):
+    mount_points_exclude: str = NODE_MOUNT_POINTS_EXCLUDE
+    fs_types_exclude: str = NODE_FS_TYPES_EXCLUDE
+    mount_timeout_seconds: Seconds = 5.0  # a statfs slower than this marks the mount stuck (device_error 1)
+
+
+class NodeNetdevOptions(_Section):
+    device_include: str = ""
+    device_exclude: str = ""
+
+
+class NodeHwmonOptions(_Section):
+    chip_include: str = ""
+    chip_exclude: str = ""
+
+
+class NodeExporterConfig(_Section):
+    """The node_exporter drop-in surface (``node_*`` families on /metrics)."""
+
+    enabled: bool = False
+    collectors: dict[str, bool] = msgspec.field(default_factory=dict)  # node_exporter name -> on/off over default
+    textfile_directory: str = ""  # *.prom files merged into /metrics ("" = the textfile collector reads nothing)
+    diskstats: NodeDiskstatsOptions = msgspec.field(default_factory=NodeDiskstatsOptions)
+    filesystem: NodeFilesystemOptions = msgspec.field(default_factory=NodeFilesystemOptions)
+    netdev: NodeNetdevOptions = msgspec.field(default_factory=NodeNetdevOptions)
+    hwmon: NodeHwmonOptions = msgspec.field(default_factory=NodeHwmonOptions)
+
+
 class Config(_Section):
     node: str = ""
     tiers: list[TierName] = msgspec.field(default_factory=lambda: ["core"])
@@ -180,7 +223,7 @@ class Config(_Section):
     spool: SpoolConfig = msgspec.field(default_factory=SpoolConfig)
     sinks: Sinks = msgspec.field(default_factory=Sinks)
     history: HistoryConfig = msgspec.field(default_factory=HistoryConfig)
-    node_exporter: Toggle = msgspec.field(default_factory=Toggle)
+    node_exporter: NodeExporterConfig = msgspec.field(default_factory=NodeExporterConfig)
     dcgm_compat: Toggle = msgspec.field(default_factory=Toggle)
     smartctl_compat: Toggle = msgspec.field(default_factory=Toggle)
 
@@ -280,6 +323,7 @@ def _semantic_checks(raw: dict[str, Any]) -> list[ConfigIssue]:
     for i, hook in enumerate(hooks):
         issues += webhook_issues(hook, f"sinks.webhook[{i}]")  # https or loopback, one secret source, headers
     issues += nvsentinel_issues(raw)  # CUSTOM needs its text, check names, XID numbers
+    issues += node_exporter_issues(_sub(raw, "nodeExporter", dict))  # collector names, regular expressions
     gpu = _sub(raw, "gpu", dict)
     if gpu.get("backend") == "fake" and not gpu.get("fakeScenario"):
         issues.append(ConfigIssue("gpu.fakeScenario", "required with gpu.backend fake (a fixtures/nvml/*.json file)"))

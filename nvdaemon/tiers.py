@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent
+from nvdaemon.collectors.base import CYCLE_READS, Collector, CycleReads, Gathered, HostRoots, NotPresent
 from nvdaemon.model import Sample
 from nvdaemon.supervise import describe
 
@@ -56,6 +56,7 @@ class TierSnapshot:
     duration: float
     # The collector instances, for surfaces that need more than samples (the smartctl_exporter drop-in).
     sources: dict[str, Collector] = field(default_factory=dict)
+    reads: CycleReads | None = None  # the cycle's shared file reads (how many were shared between collectors)
 
 
 class CollectorRunner:
@@ -125,9 +126,14 @@ async def collect_tier(
     async def one(runner: CollectorRunner) -> None:
         results[runner.collector.name] = await runner.run(roots, read_timeout, lambda: collected_at)
 
-    async with trio.open_nursery() as nursery:
-        for runner in runners:
-            nursery.start_soon(one, runner)
+    reads = CycleReads()
+    token = CYCLE_READS.set(reads)  # the worker threads started below run in copies of this context
+    try:
+        async with trio.open_nursery() as nursery:
+            for runner in runners:
+                nursery.start_soon(one, runner)
+    finally:
+        CYCLE_READS.reset(token)
     samples = [s for runner in runners for s in results.get(runner.collector.name, [])]
     return TierSnapshot(
         tier=tier,
@@ -136,4 +142,5 @@ async def collect_tier(
         collected_at=collected_at,
         duration=trio.current_time() - began,
         sources={r.collector.name: r.collector for r in runners},
+        reads=reads,
     )

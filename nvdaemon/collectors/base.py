@@ -14,6 +14,8 @@ A collector module holds three layers, kept apart so the middle one can be teste
 from __future__ import annotations
 
 import abc
+import threading
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -85,10 +87,67 @@ class Collector(abc.ABC):
         return {}
 
 
-def read_text(path: Path) -> str:
-    """Read a small pseudo file. Missing file -> ``NotPresent``; other errors propagate as ``OSError``."""
+def _read_file(path: Path) -> str:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read()
     except FileNotFoundError as exc:
         raise NotPresent(str(path)) from exc
+
+
+class _Entry:
+    __slots__ = ("done", "error", "text")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.text = ""
+        self.error: BaseException | None = None
+
+
+class CycleReads:
+    """The files read during one tier cycle, so two surfaces over the same file read it once.
+
+    The nodevitals_hw_* collectors and the node_exporter surface both read /proc/stat, /proc/meminfo,
+    /proc/diskstats and more in the same cycle; whichever thread asks first reads, the others wait for its result
+    (text or error). Worker threads see the cycle's cache because Trio runs them in a copy of the caller's context.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[Path, _Entry] = {}
+        self.reads = 0  # files actually read
+        self.shared = 0  # reads answered from the cache
+
+    def read(self, path: Path) -> str:
+        with self._lock:
+            entry = self._entries.get(path)
+            owner = entry is None
+            if entry is None:
+                entry = self._entries[path] = _Entry()
+                self.reads += 1
+            else:
+                self.shared += 1
+        if owner:
+            try:
+                entry.text = _read_file(path)
+            except Exception as exc:
+                entry.error = exc
+            finally:
+                entry.done.set()
+        else:
+            entry.done.wait()
+        if entry.error is not None:
+            raise entry.error
+        return entry.text
+
+
+CYCLE_READS: ContextVar[CycleReads | None] = ContextVar("cycle_reads", default=None)
+
+
+def read_text(path: Path) -> str:
+    """Read a small pseudo file. Missing file -> ``NotPresent``; other errors propagate as ``OSError``.
+
+    Within a tier cycle the text comes from the cycle's shared cache (``CycleReads``): each file is read once.
+    """
+    cache = CYCLE_READS.get()
+    return _read_file(path) if cache is None else cache.read(path)

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 from nvdaemon import __version__
 from nvdaemon.catalogue import help_for
 from nvdaemon.compat.dcgm import render_dcgm
+from nvdaemon.compat.node_exporter.surface import render_node_exporter
 from nvdaemon.compat.smartctl import render_smartctl
 from nvdaemon.model import Kind
 from nvdaemon.server.smart_metrics import smart_self_metrics
@@ -137,8 +138,13 @@ class MetricsCache:
         agent = self.agent
         key = (agent.snapshot_version, agent.bus.published, agent.reloads, agent.changes)
         if key != self._key:
-            # dcgm-exporter's surface is rendered as text: its counters carry no _total, which prometheus_client adds.
-            self._body = generate_latest(self.registry) + render_dcgm(agent) + render_smartctl(agent)
+            # The drop-in surfaces are rendered as text: their exact names would be rewritten by prometheus_client.
+            self._body = (
+                generate_latest(self.registry)
+                + render_dcgm(agent)
+                + render_smartctl(agent)
+                + render_node_exporter(agent)
+            )
             self._key = key
             self.renders += 1
         return self._body

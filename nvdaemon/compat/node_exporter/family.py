@@ -1,0 +1,120 @@
+"""Metric families of the node_exporter surface, and their text exposition in node_exporter's own format.
+
+The surface is rendered as text by us rather than through prometheus_client: node_exporter's families include
+counters and untyped families whose names prometheus_client would rewrite (it appends ``_total`` and drops
+``untyped`` suffix rules), and dashboards depend on the exact names. The format follows the Go client's text
+encoder: families sorted by name, label names sorted, samples sorted by label values, floats in Go's shortest
+``'g'`` form (``1.6647749632e+10``), HELP escaping of backslash and newline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Literal
+
+FamilyType = Literal["gauge", "counter", "untyped"]
+
+
+@dataclass
+class Family:
+    """One metric family: name, HELP text, type and its samples (label pairs -> value)."""
+
+    name: str
+    help: str
+    type: FamilyType = "gauge"
+    samples: list[tuple[tuple[tuple[str, str], ...], float]] = field(default_factory=list)
+
+    def add(self, value: float, labels: Mapping[str, str] | None = None, **kw: str) -> Family:
+        merged = {**(labels or {}), **kw}
+        self.samples.append((tuple(sorted(merged.items())), float(value)))
+        return self
+
+
+def gauge(name: str, help: str, value: float | None = None, **labels: str) -> Family:
+    fam = Family(name, help, "gauge")
+    if value is not None:
+        fam.add(value, labels)
+    return fam
+
+
+def counter(name: str, help: str, value: float | None = None, **labels: str) -> Family:
+    fam = Family(name, help, "counter")
+    if value is not None:
+        fam.add(value, labels)
+    return fam
+
+
+def untyped(name: str, help: str, value: float | None = None, **labels: str) -> Family:
+    fam = Family(name, help, "untyped")
+    if value is not None:
+        fam.add(value, labels)
+    return fam
+
+
+def go_float(value: float) -> str:
+    """``strconv.FormatFloat(v, 'g', -1, 64)``: shortest digits, exponent form below 1e-4 or from 1e6 up."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value == 0:
+        return "-0" if math.copysign(1.0, value) < 0 else "0"
+    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    ds = "".join(map(str, digits))
+    exp = len(ds) + exponent - 1  # decimal exponent of the leading digit
+    prefix = "-" if sign else ""
+    if exp < -4 or exp >= 6:
+        mantissa = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
+        return f"{prefix}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    if exponent >= 0:
+        return prefix + ds + "0" * exponent
+    point = len(ds) + exponent
+    if point > 0:
+        return prefix + ds[:point] + "." + ds[point:]
+    return prefix + "0." + "0" * (-point) + ds
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _escape_value(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def merge(families: Iterable[Family]) -> dict[str, Family]:
+    """Families by name; same-named families from several collectors are joined (first HELP and type win)."""
+    out: dict[str, Family] = {}
+    for fam in families:
+        have = out.get(fam.name)
+        if have is None:
+            out[fam.name] = Family(fam.name, fam.help, fam.type, list(fam.samples))
+        else:
+            have.samples.extend(fam.samples)
+    return out
+
+
+def render(families: Mapping[str, Family]) -> bytes:
+    """The text exposition (format 0.0.4) of ``families``; a family with no sample is left out, as Go does."""
+    lines: list[str] = []
+    for name in sorted(families):
+        fam = families[name]
+        if not fam.samples:
+            continue
+        lines.append(f"# HELP {name} {_escape_help(fam.help)}")
+        lines.append(f"# TYPE {name} {fam.type}")
+        seen: set[tuple[tuple[str, str], ...]] = set()
+        for labels, value in sorted(fam.samples, key=lambda s: s[0]):
+            if labels in seen:  # the Go registry refuses a duplicate series; so do we
+                continue
+            seen.add(labels)
+            if labels:
+                body = ",".join(f'{k}="{_escape_value(v)}"' for k, v in labels)
+                lines.append(f"{name}{{{body}}} {go_float(value)}")
+            else:
+                lines.append(f"{name} {go_float(value)}")
+    return ("\n".join(lines) + "\n").encode() if lines else b""

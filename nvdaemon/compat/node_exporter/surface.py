@@ -1,0 +1,164 @@
+"""The node_exporter surface in the agent: one core-tier collector per node_exporter collector, and its rendering.
+
+Each node_exporter collector runs as its own core-tier collector (``node_exporter.<name>``), so it gets a worker
+thread, the read timeout and the stuck-read skip of every other collector, and shares the cycle's file reads with
+the ``nodevitals_hw_*`` collectors. It returns no samples to the rule engine (the hardware surface already does);
+its families are kept on the instance and rendered on /metrics, with node_exporter's ``node_scrape_collector_*``
+self metrics, when ``nodeExporter.enabled``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nvdaemon.collectors.base import CYCLE_READS, Collector, CycleReads, Gathered, HostRoots, NotPresent
+from nvdaemon.compat.node_exporter.context import NodeCollector, NodeContext
+from nvdaemon.compat.node_exporter.family import Family, merge, render
+from nvdaemon.compat.node_exporter.options import enabled_collectors
+from nvdaemon.model import Sample
+from nvdaemon.supervise import describe
+
+if TYPE_CHECKING:
+    from nvdaemon.app import Agent
+    from nvdaemon.config import Config, NodeExporterConfig
+    from nvdaemon.tiers import TierSnapshot
+
+log = logging.getLogger(__name__)
+PREFIX = "node_exporter."
+TEXTFILE = "textfile"
+_SCRAPE_ERROR = "node_textfile_scrape_error"
+_TEXTFILE_OWN = {_SCRAPE_ERROR, "node_textfile_mtime_seconds"}  # the textfile collector's own families
+# Families of the agent's own exposition that a textfile must not shadow.
+_RESERVED = re.compile(r"^(nodevitals_|process_|python_|DCGM_|smartctl_|node_scrape_collector_)")
+
+
+@dataclass
+class NodeResult:
+    families: list[Family] = field(default_factory=list)
+    success: bool = False
+    duration: float = 0.0
+    at: float = -1.0  # the cycle (collected_at) this result belongs to
+
+
+class NodeExporterCollector(Collector):
+    """Runs one node_exporter collector inside the core tier."""
+
+    tier = "core"
+
+    def __init__(self, node_name: str, impl: NodeCollector) -> None:
+        self.node_name = node_name
+        self.name = PREFIX + node_name  # type: ignore[misc]  # per-instance name: one class, many collectors
+        self.impl = impl
+        self.options: NodeExporterConfig | None = None
+        self.result = NodeResult()
+
+    def configure(self, config: Config) -> None:
+        self.options = config.node_exporter
+
+    def gather(self, roots: HostRoots) -> Gathered:
+        from nvdaemon.config import NodeExporterConfig
+
+        ctx = NodeContext(roots, self.options or NodeExporterConfig())
+        out: list[Family] = []
+        errors: list[str] = []
+        began = time.perf_counter()
+        success = False
+        try:
+            self.impl.collect(ctx, out)
+            success = True
+        except NotPresent as exc:  # node_exporter's ErrNoData: a failed collector, but not worth a warning
+            log.debug("node_exporter collector %s: no data: %s", self.node_name, exc)
+        except Exception as exc:
+            errors.append(describe(exc))
+        return Gathered(NodeResult(out, success, time.perf_counter() - began), errors)
+
+    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+        result: NodeResult = gathered.data
+        result.at = now
+        self.result = result
+        return []
+
+    def detail(self) -> dict[str, Any]:
+        return {"nodeExporterSuccess": self.result.success, "families": len(self.result.families)}
+
+
+def node_exporter_collectors(config: Config, table: Mapping[str, Callable[[], NodeCollector]]) -> list[Collector]:
+    """Fresh core-tier collectors for the enabled node_exporter collectors (none when the surface is off)."""
+    ne = config.node_exporter
+    if not ne.enabled:
+        return []
+    return [NodeExporterCollector(name, table[name]()) for name in enabled_collectors(ne.collectors) if name in table]
+
+
+def surface_families(snap: TierSnapshot) -> dict[str, Family]:
+    """Every node_* family of the latest core cycle, with node_scrape_collector_{success,duration_seconds}."""
+    success = Family("node_scrape_collector_success", "node_exporter: Whether a collector succeeded.", "gauge")
+    duration = Family(
+        "node_scrape_collector_duration_seconds", "node_exporter: Duration of a collector scrape.", "gauge"
+    )
+    own: list[Family] = []
+    textfile: list[Family] = []
+    for source in snap.sources.values():
+        if not isinstance(source, NodeExporterCollector):
+            continue
+        res = source.result
+        fresh = res.at == snap.collected_at  # else the read timed out or was skipped this cycle
+        status = snap.collectors.get(source.name)
+        ok = fresh and res.success
+        success.add(1.0 if ok else 0.0, collector=source.node_name)
+        duration.add(res.duration if fresh else (status.duration if status else 0.0), collector=source.node_name)
+        if fresh:
+            (textfile if source.node_name == TEXTFILE else own).extend(res.families)
+    families = merge([*own, success, duration])
+    if textfile:
+        _merge_textfile(families, textfile)
+    return families
+
+
+def _merge_textfile(families: dict[str, Family], textfile: list[Family]) -> None:
+    """Add textfile families, skipping those that collide with ours; a skip sets node_textfile_scrape_error 1."""
+    collided = False
+    for fam in textfile:
+        if fam.name in families or _RESERVED.match(fam.name):
+            log.warning("textfile: metric family %s collides with one the agent exports; skipped", fam.name)
+            collided = True
+    for fam in textfile:
+        if fam.name in _TEXTFILE_OWN:
+            samples = [(labels, 1.0) for labels, _ in fam.samples] if collided and fam.name == _SCRAPE_ERROR else None
+            families[fam.name] = Family(fam.name, fam.help, fam.type, samples or list(fam.samples))
+        elif fam.name not in families and not _RESERVED.match(fam.name):
+            families[fam.name] = fam
+
+
+def render_node_exporter(agent: Agent) -> bytes:
+    """The node_* exposition of the latest core snapshot ("" when the surface is off or has not run yet)."""
+    if not agent.loaded.config.node_exporter.enabled:
+        return b""
+    snap = agent.snapshots.get("core")
+    if snap is None:
+        return b""
+    return render(surface_families(snap))
+
+
+def collect_once(
+    roots: HostRoots, options: NodeExporterConfig, table: Mapping[str, Callable[[], NodeCollector]], names: list[str]
+) -> bytes:
+    """Run the named collectors once, in this thread, and render them: the oracle tests and benchmarks."""
+    from nvdaemon.tiers import TierSnapshot
+
+    now = time.time()
+    collectors = [NodeExporterCollector(name, table[name]()) for name in names if name in table]
+    token = CYCLE_READS.set(CycleReads())
+    try:
+        for c in collectors:
+            c.options = options
+            c.interpret(c.gather(roots), now)
+    finally:
+        CYCLE_READS.reset(token)
+    snap = TierSnapshot("core", [], {}, now, 0.0, sources={c.name: c for c in collectors})
+    return render(surface_families(snap))
