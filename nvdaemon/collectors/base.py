@@ -118,6 +118,12 @@ class CycleReads:
         self.reads = 0  # files actually read
         self.shared = 0  # reads answered from the cache
 
+    @property
+    def paths(self) -> list[Path]:
+        """The files this cycle asked for, in first-asked order (``make bench`` reads them again as its floor)."""
+        with self._lock:
+            return list(self._entries)
+
     def read(self, path: Path) -> str:
         with self._lock:
             entry = self._entries.get(path)

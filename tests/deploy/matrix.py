@@ -23,6 +23,17 @@ EXISTING_SECRET: dict[str, Any] = {
 }
 NVSENTINEL: dict[str, Any] = {"nvsentinel": {"enabled": True, "processingStrategy": "STORE_ONLY"}}
 HISTORY: dict[str, Any] = {"history": {"enabled": True, "retentionDays": 365, "metrics": ["temp_celsius", "load1"]}}
+TEXTFILE_DIR = "/var/lib/node_exporter/textfile_collector"
+NODE_EXPORTER: dict[str, Any] = {
+    "nodeExporter": {
+        "enabled": True,
+        "collectors": {"infiniband": False, "nvme": False, "hwmon": True},
+        "textfileDirectory": TEXTFILE_DIR,
+        "netdev": {"deviceExclude": "^(veth|cali|lxc)"},
+        "diskstats": {"deviceExclude": ""},  # set to "": no filter (not the agent's default)
+        "filesystem": {"mountTimeoutSeconds": 3},
+    }
+}
 MONITORING: dict[str, Any] = {
     "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
     "prometheusRule": {"enabled": True},
@@ -43,6 +54,8 @@ MATRIX: dict[str, dict[str, Any]] = {
     "webhooks": {**ALL_TIERS, **WEBHOOKS},
     "existing-secret": EXISTING_SECRET,
     "monitoring": {**ALL_TIERS, **MONITORING},
+    "node-exporter": {**ALL_TIERS, **NODE_EXPORTER},
+    "node-exporter-single-pod": {**NODE_EXPORTER, "singlePod": True},
     "everything": {
         **ALL_TIERS,
         **WEBHOOKS,
@@ -53,7 +66,7 @@ MATRIX: dict[str, dict[str, Any]] = {
         "gpuRules": [
             {"metric": "gpu_temperature_celsius", "threshold": 90, "condition": "gpu_hot", "severity": "critical"}
         ],
-        "nodeExporter": {"enabled": True},
+        **NODE_EXPORTER,
         "dcgmCompat": {"enabled": True},
         "smartctlCompat": {"enabled": True},
         "extraConfig": {"spool": {"maxEvents": 5000}, "sinks": {"stream": {"maxClients": 8}}},

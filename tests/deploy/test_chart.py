@@ -17,7 +17,17 @@ import yaml
 
 from tests.deploy import helm
 from tests.deploy.helm import CHART, NAMESPACE, Rendered, agent, deep_merge, mounts, pod_spec, render
-from tests.deploy.matrix import ALL_TIERS, EXISTING_SECRET, MATRIX, NVSENTINEL, SECRET_A, SECRET_B, WEBHOOKS
+from tests.deploy.matrix import (
+    ALL_TIERS,
+    EXISTING_SECRET,
+    MATRIX,
+    NODE_EXPORTER,
+    NVSENTINEL,
+    SECRET_A,
+    SECRET_B,
+    TEXTFILE_DIR,
+    WEBHOOKS,
+)
 from tests.deploy.psa import baseline_violations, restricted_violations
 
 pytestmark = pytest.mark.skipif(helm.helm_path() is None, reason="helm not found: run scripts/fetch-helm")
@@ -25,7 +35,10 @@ pytestmark = pytest.mark.skipif(helm.helm_path() is None, reason="helm not found
 MONITORING_KINDS = {"ServiceMonitor", "PrometheusRule"}  # CRDs: not in kubernetes-validate's bundled schemas
 
 
-@pytest.mark.parametrize("case", ["defaults", "everything", "single-pod-everything", "existing-secret"])
+@pytest.mark.parametrize(
+    "case",
+    ["defaults", "everything", "single-pod-everything", "existing-secret", "node-exporter", "node-exporter-single-pod"],
+)
 def test_helm_lint_strict(case: str, tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
     values.write_text(json.dumps(MATRIX[case]))
@@ -266,6 +279,14 @@ def test_mounts_match_the_paths_the_config_names(case: str) -> None:
             if key in config:
                 assert m[config[key]]["volume"]["hostPath"]["path"] == host
                 assert m[config[key]]["readOnly"] is True
+        if "rootfs" in config:  # the node_exporter drop-in's host root
+            assert m[config["rootfs"]]["volume"]["hostPath"] == {"path": "/", "type": "Directory"}
+            assert m[config["rootfs"]]["readOnly"] is True
+            assert m[config["rootfs"]]["mountPropagation"] == "HostToContainer"
+        textfile = config.get("nodeExporter", {}).get("textfileDirectory")
+        if textfile:
+            assert m[textfile]["volume"]["hostPath"] == {"path": textfile, "type": "DirectoryOrCreate"}
+            assert m[textfile]["readOnly"] is True
         if agent(ds)["securityContext"].get("readOnlyRootFilesystem"):
             assert "/tmp" in m
         port = int(config["sinks"]["metrics"]["listenAddr"].rpartition(":")[2])
@@ -337,6 +358,7 @@ BASE: dict[str, Any] = {
         ({"podAnnotations": {"a": "b"}, "priorityClassName": "system-node-critical"}, set(), False),
         ({"updateStrategy": {"type": "OnDelete"}}, set(), False),
         ({"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}, set(), False),
+        (NODE_EXPORTER, {"core"}, False),  # only the core tier runs the node_exporter drop-in
     ],
 )
 def test_checksums_change_with_what_the_pods_read_and_only_then(
@@ -397,6 +419,19 @@ def test_prometheus_rule_alerts_on_the_agents_own_health(tmp_path: Path) -> None
         {"intervalSeconds": "15s"},
         {"history": {"retentionDay": 30}},
         {"serviceMonitor": {"interval": "thirty"}},
+        {"nodeExporter": {"enabeld": True}},
+        {"nodeExporter": {"enabled": True, "textfile": TEXTFILE_DIR}},
+        {"nodeExporter": {"enabled": True, "collectors": {"hwmom": False}}},
+        {"nodeExporter": {"enabled": True, "collectors": {"infiniband": "off"}}},
+        {"nodeExporter": {"enabled": True, "collectors": ["cpu"]}},
+        {"nodeExporter": {"enabled": True, "textfileDirectory": "var/lib/node_exporter"}},
+        {"nodeExporter": {"enabled": True, "textfileDirectory": "/var/lib/node_exporter/"}},
+        {"nodeExporter": {"enabled": True, "diskstats": {"deviceExlude": "^loop"}}},
+        {"nodeExporter": {"enabled": True, "filesystem": {"mountPointExclude": "^/run"}}},
+        {"nodeExporter": {"enabled": True, "filesystem": {"mountTimeoutSeconds": 0}}},
+        {"nodeExporter": {"enabled": True, "netdev": {"deviceInclude": ["eth0"]}}},
+        {"nodeExporter": {"enabled": True, "hwmon": {"chipExclude": "x", "chipInclud": "y"}}},
+        {"nodeExporter": {"enabled": True, "textfile": {"directory": TEXTFILE_DIR}}},
     ],
 )
 def test_values_schema_rejects_typos(bad: dict[str, Any]) -> None:
@@ -462,3 +497,123 @@ def test_image_defaults_to_app_version_and_digest_pins() -> None:
     pinned = render({"image": {"digest": digest}}).daemonsets()["core"]
     assert agent(pinned)["image"] == f"ghcr.io/nvdaemon/nvdaemon@{digest}"
     assert pod_spec(pinned)["initContainers"][0]["image"] == agent(pinned)["image"]
+
+
+def _host_root_and_textfile(rendered: Rendered, component: str) -> tuple[dict[str, Any], set[str], set[str]]:
+    """The component's config, the paths its agent mounts, and the host paths its pod mounts."""
+    ds = rendered.daemonsets()[component]
+    host_paths = {v["hostPath"]["path"] for v in pod_spec(ds)["volumes"] if "hostPath" in v}
+    return rendered.config_of(ds)[1], set(mounts(ds)), host_paths
+
+
+@pytest.mark.parametrize(("case", "component"), [("node-exporter", "core"), ("node-exporter-single-pod", "agent")])
+def test_node_exporter_gets_its_config_the_host_root_and_the_textfile_directory(case: str, component: str) -> None:
+    rendered = render(MATRIX[case])
+    ds = rendered.daemonsets()[component]
+    config, _, host_paths = _host_root_and_textfile(rendered, component)
+    # The whole section as set in values, nothing more: unset filters are left to the agent's defaults.
+    assert config["nodeExporter"] == NODE_EXPORTER["nodeExporter"]
+    assert config["rootfs"] == "/host/root"
+    assert (config["procRoot"], config["sysRoot"]) == ("/host/proc", "/host/sys")
+    root = mounts(ds)["/host/root"]
+    assert root["readOnly"] is True
+    assert root["mountPropagation"] == "HostToContainer"
+    assert root["volume"]["hostPath"] == {"path": "/", "type": "Directory"}
+    textfile = mounts(ds)[TEXTFILE_DIR]
+    assert textfile["readOnly"] is True
+    assert textfile["volume"]["hostPath"] == {"path": TEXTFILE_DIR, "type": "DirectoryOrCreate"}
+    assert {"/", TEXTFILE_DIR} <= host_paths
+    # The host's procfs: /host/proc/1/mounts is the host's init, so no hostPID; the host network for /proc/net.
+    spec = pod_spec(ds)
+    assert "hostPID" not in spec
+    assert spec["hostNetwork"] is True
+
+
+def test_node_exporter_keeps_the_core_security_posture() -> None:
+    before = render().daemonsets()["core"]
+    after = render(NODE_EXPORTER).daemonsets()["core"]
+    assert agent(after)["securityContext"] == agent(before)["securityContext"]
+    assert agent(after)["securityContext"]["runAsNonRoot"] is True
+    assert agent(after)["securityContext"]["readOnlyRootFilesystem"] is True
+    assert agent(after)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert pod_spec(after)["securityContext"] == pod_spec(before)["securityContext"]
+    assert pod_spec(after)["initContainers"] == pod_spec(before)["initContainers"]
+    assert baseline_violations(pod_spec(after)) == baseline_violations(pod_spec(before))
+    without_init = {k: v for k, v in pod_spec(after).items() if k != "initContainers"}
+    assert restricted_violations(without_init) == {"hostPathVolumes", "hostNamespaces", "volumeTypes"}
+
+
+def test_node_exporter_runs_in_the_core_tier_only() -> None:
+    rendered = render(MATRIX["node-exporter"])
+    for component in ("smart", "gpu"):
+        config, paths, host_paths = _host_root_and_textfile(rendered, component)
+        assert "nodeExporter" not in config and "rootfs" not in config, component
+        assert "/host/root" not in paths and TEXTFILE_DIR not in paths, component
+        assert "/" not in host_paths and TEXTFILE_DIR not in host_paths, component
+    # Enabled without the core tier: nothing of it anywhere.
+    gpu_only = render({**NODE_EXPORTER, "tiers": {"core": {"enabled": False}, "gpu": {"enabled": True}}})
+    config, paths, host_paths = _host_root_and_textfile(gpu_only, "gpu")
+    assert "nodeExporter" not in config and "/host/root" not in paths and "/" not in host_paths
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        ALL_TIERS,
+        {"singlePod": True},
+        # Off, with everything else of the section set: still nothing rendered.
+        {"nodeExporter": {**NODE_EXPORTER["nodeExporter"], "enabled": False}},
+        {**ALL_TIERS, "singlePod": True, "nodeExporter": {**NODE_EXPORTER["nodeExporter"], "enabled": False}},
+    ],
+)
+def test_node_exporter_off_renders_none_of_it(values: dict[str, Any]) -> None:
+    rendered = render(values)
+    assert rendered.daemonsets()
+    for component, ds in rendered.daemonsets().items():
+        config, paths, host_paths = _host_root_and_textfile(rendered, component)
+        assert "nodeExporter" not in config and "rootfs" not in config, component
+        assert "/host/root" not in paths and TEXTFILE_DIR not in paths, component
+        assert "/" not in host_paths and TEXTFILE_DIR not in host_paths, component
+        names = {v["name"] for v in pod_spec(ds)["volumes"]}
+        assert not names & {"host-root", "textfile"}, component
+        assert all("mountPropagation" not in m for m in agent(ds)["volumeMounts"]), component
+
+
+def test_node_exporter_renders_only_the_keys_set() -> None:
+    rendered = render({"nodeExporter": {"enabled": True}})
+    config, paths, host_paths = _host_root_and_textfile(rendered, "core")
+    assert config["nodeExporter"] == {"enabled": True}  # collectors {}, textfileDirectory "": left to the agent
+    assert config["rootfs"] == "/host/root"
+    assert "/host/root" in paths
+    assert host_paths == {"/proc", "/sys", "/", "/var/lib/nvdaemon/core"}, "no textfile mount when it is off"
+    # Empty filter sections are left out; a filter set to "" is kept (it means: no filter, not the default).
+    empty = render({"nodeExporter": {"enabled": True, "netdev": {}, "hwmon": {"chipExclude": ""}}})
+    assert empty.config_of(empty.daemonsets()["core"])[1]["nodeExporter"] == {
+        "enabled": True,
+        "hwmon": {"chipExclude": ""},
+    }
+
+
+@pytest.mark.parametrize(
+    "directory", ["/tmp", "/etc/nvdaemon", "/var/lib/nvdaemon/textfile", "/host", "/host/root/var/lib/x", "/var"]
+)
+def test_textfile_directory_may_not_shadow_the_charts_own_mounts(directory: str) -> None:
+    with pytest.raises(helm.RenderError, match=r"nodeExporter\.textfileDirectory \S+ overlaps"):
+        render({"nodeExporter": {"enabled": True, "textfileDirectory": directory}})
+    ok = render({"nodeExporter": {"enabled": True, "textfileDirectory": "/var/lib/node_exporter"}})
+    assert "/var/lib/node_exporter" in mounts(ok.daemonsets()["core"])
+
+
+def test_notes_say_what_the_node_exporter_drop_in_needs(tmp_path: Path) -> None:
+    notes = _notes(tmp_path, NODE_EXPORTER)
+    assert "node_exporter drop-in" in notes
+    for word in ("/host/root", "HostToContainer", "no hostPID", TEXTFILE_DIR, "its / read-only"):
+        assert word in notes, word
+    assert "WARNING" not in notes
+    no_net = _notes(tmp_path / "no-net", {**NODE_EXPORTER, "tiers": {"core": {"hostNetwork": False}}})
+    assert "WARNING: tiers.core.hostNetwork is false" in no_net
+    no_core = _notes(tmp_path / "no-core", {**NODE_EXPORTER, "tiers": {"core": {"enabled": False}}})
+    assert "WARNING: nodeExporter.enabled has no effect" in no_core
+    off = _notes(tmp_path / "off", {})
+    assert "node_exporter" not in off and "/host/root" not in off

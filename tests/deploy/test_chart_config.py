@@ -18,9 +18,10 @@ import pytest
 import yaml
 
 from nvdaemon import config as agent_config
+from nvdaemon.compat.node_exporter.options import DEFAULTS as NODE_EXPORTER_DEFAULTS
 from tests.deploy import helm
 from tests.deploy.helm import CHART, Doc, Rendered, agent, render
-from tests.deploy.matrix import MATRIX
+from tests.deploy.matrix import MATRIX, NODE_EXPORTER, TEXTFILE_DIR
 
 pytestmark = pytest.mark.skipif(helm.helm_path() is None, reason="helm not found: run scripts/fetch-helm")
 
@@ -128,6 +129,11 @@ CHART_ONLY = {"existingSecret"}  # webhooks[].existingSecret: rendered as an env
         (("properties", "rules", "items"), agent_config.Rule),
         (("definitions", "rule", "properties", "nvsentinel"), agent_config.RuleNvsentinel),
         (("properties", "webhooks", "items"), agent_config.WebhookSink),
+        (("properties", "nodeExporter"), agent_config.NodeExporterConfig),
+        (("properties", "nodeExporter", "properties", "diskstats"), agent_config.NodeDiskstatsOptions),
+        (("properties", "nodeExporter", "properties", "filesystem"), agent_config.NodeFilesystemOptions),
+        (("properties", "nodeExporter", "properties", "netdev"), agent_config.NodeNetdevOptions),
+        (("properties", "nodeExporter", "properties", "hwmon"), agent_config.NodeHwmonOptions),
     ],
 )
 def test_schema_offers_only_keys_the_agent_knows(schema_path: tuple[str, ...], struct: type[msgspec.Struct]) -> None:
@@ -141,3 +147,36 @@ def test_values_sections_rendered_as_they_are_are_config_keys() -> None:
     for key in ("smart", "gpu", "history", "nodeExporter", "dcgmCompat", "smartctlCompat", "intervalSeconds", "rules"):
         assert key in top
         assert key in SCHEMA["properties"]
+
+
+def test_schema_offers_exactly_the_agents_node_exporter_collectors() -> None:
+    """A misspelt collector fails `helm install`, not only the agent's start; every agent collector is offered."""
+    collectors = SCHEMA["properties"]["nodeExporter"]["properties"]["collectors"]
+    assert set(collectors["propertyNames"]["enum"]) == set(NODE_EXPORTER_DEFAULTS)
+    assert collectors["additionalProperties"] == {"type": "boolean"}
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["nodeExporter"] == {"enabled": False, "collectors": {}, "textfileDirectory": ""}
+
+
+def test_node_exporter_config_is_read_by_the_agent_as_set() -> None:
+    """What the agent makes of the rendered section: the values set, and the agent's own defaults for the rest."""
+    rendered = render(NODE_EXPORTER)
+    text, _ = rendered.config_of(rendered.daemonsets()["core"])
+    loaded = agent_config.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
+    assert loaded.rootfs == "/host/root"
+    assert loaded.node_exporter == agent_config.NodeExporterConfig(
+        enabled=True,
+        collectors={"infiniband": False, "nvme": False, "hwmon": True},
+        textfile_directory=TEXTFILE_DIR,
+        netdev=agent_config.NodeNetdevOptions(device_exclude="^(veth|cali|lxc)"),
+        diskstats=agent_config.NodeDiskstatsOptions(device_exclude=""),
+        filesystem=agent_config.NodeFilesystemOptions(mount_timeout_seconds=3),
+    )
+    minimal = render({"nodeExporter": {"enabled": True}})
+    text, _ = minimal.config_of(minimal.daemonsets()["core"])
+    loaded = agent_config.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
+    assert loaded.node_exporter == agent_config.NodeExporterConfig(enabled=True)  # every filter: node_exporter's
+    text, _ = render().config_of(render().daemonsets()["core"])
+    loaded = agent_config.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
+    assert loaded.node_exporter == agent_config.NodeExporterConfig()
+    assert loaded.rootfs == "/"

@@ -132,7 +132,16 @@ refs: {{ toJson $refs }}
 {{- if $v.history.enabled -}}
 {{- $_ := set $cfg "history" (deepCopy $v.history) -}}
 {{- end -}}
-{{- if $v.nodeExporter.enabled -}}{{- $_ := set $cfg "nodeExporter" (dict "enabled" true) -}}{{- end -}}
+{{- if include "nvdaemon.nodeExporter" (dict "root" .root "tiers" $tiers) -}}
+{{- $ne := omit $v.nodeExporter "collectors" "textfileDirectory" -}}{{/* only the keys set: the agent's defaults apply */}}
+{{- range $key := list "diskstats" "filesystem" "netdev" "hwmon" -}}
+{{- if not (index $ne $key) -}}{{- $ne = omit $ne $key -}}{{- end -}}
+{{- end -}}
+{{- if $v.nodeExporter.collectors -}}{{- $_ := set $ne "collectors" $v.nodeExporter.collectors -}}{{- end -}}
+{{- if $v.nodeExporter.textfileDirectory -}}{{- $_ := set $ne "textfileDirectory" $v.nodeExporter.textfileDirectory -}}{{- end -}}
+{{- $_ := set $cfg "nodeExporter" (deepCopy $ne) -}}
+{{- $_ := set $cfg "rootfs" "/host/root" -}}{{/* the host's / (filesystem statfs, os-release, udev data) */}}
+{{- end -}}
 {{- if $v.dcgmCompat.enabled -}}{{- $_ := set $cfg "dcgmCompat" (dict "enabled" true) -}}{{- end -}}
 {{- if $v.smartctlCompat.enabled -}}{{- $_ := set $cfg "smartctlCompat" (dict "enabled" true) -}}{{- end -}}
 {{- $sinks := dict "metrics" (dict "enabled" true "listenAddr" (printf "%s:%d" (include "nvdaemon.bindHost" $v.metrics.bindAddress) (int $v.metrics.port))) -}}
@@ -157,6 +166,30 @@ refs: {{ toJson $refs }}
 {{- $_ := set $cfg "server" (dict "apiTokenFile" "/var/run/secrets/nvdaemon/api-token/token") -}}
 {{- end -}}
 {{- toYaml (mustMergeOverwrite $cfg (deepCopy $v.extraConfig)) -}}
+{{- end -}}
+
+{{/*
+"true" when the group's pod runs the node_exporter drop-in (. = dict "root" $ "tiers" $tiers): its collectors run in
+the core tier only, so the smart and gpu pods get neither its config nor the host's / mounted.
+*/}}
+{{- define "nvdaemon.nodeExporter" -}}
+{{- if and .root.Values.nodeExporter.enabled (has "core" .tiers) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The host directory of the textfile collector, mounted at the same path in the pod; it must not shadow the paths the
+chart mounts itself.
+*/}}
+{{- define "nvdaemon.textfileDirectory" -}}
+{{- $dir := .Values.nodeExporter.textfileDirectory -}}
+{{- if $dir -}}
+{{- range $own := list "/etc/nvdaemon" "/var/lib/nvdaemon" "/tmp" "/host" "/var/run/nvsentinel" "/var/run/secrets" -}}
+{{- if or (eq $dir $own) (hasPrefix (printf "%s/" $own) $dir) (hasPrefix (printf "%s/" $dir) $own) -}}
+{{- fail (printf "nodeExporter.textfileDirectory %s overlaps %s, a path the chart mounts: use another directory" $dir $own) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $dir -}}
 {{- end -}}
 
 {{/* An IPv6 bind address needs brackets in HOST:PORT. */}}

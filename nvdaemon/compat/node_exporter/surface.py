@@ -60,6 +60,13 @@ class NodeExporterCollector(Collector):
     def configure(self, config: Config) -> None:
         self.options = config.node_exporter
 
+    def read_timeout(self, default: float) -> float:
+        # filesystem gives up on a stuck statfs by itself after mountTimeoutSeconds and still reports the other
+        # mounts; the tier's timeout must not cut that cycle off first.
+        if self.node_name == "filesystem" and self.options is not None:
+            return max(default, self.options.filesystem.mount_timeout_seconds + 1.0)
+        return default
+
     def gather(self, roots: HostRoots) -> Gathered:
         from nvdaemon.config import NodeExporterConfig
 

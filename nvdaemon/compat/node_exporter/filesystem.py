@@ -1,0 +1,192 @@
+"""filesystem: node_exporter's ``node_filesystem_*`` families, one series per mounted file system.
+
+Mounts come from ``<proc>/1/mounts`` (the host's mount table even in a container with the host's /proc), or
+``<proc>/mounts`` when PID 1's is hidden (``hidepid``); fields are device, mount point, type and options, the mount
+point with the kernel's ``\\040`` (space) and ``\\011`` (tab) escapes decoded, as node_exporter decodes them.
+Mount points and types matching the configured exclude patterns are skipped. Each remaining mount point is
+``statfs``'ed under the host's root file system: sizes are bytes (blocks times the file system's block size),
+``files``/``files_free`` are inode counts, ``readonly`` is 1 for an ``ro`` mount, and ``device_error`` is 1 (with no
+other series) when statfs fails.
+
+A statfs that blocks (an unreachable NFS server) must not hold the whole collector: it runs in its own thread, and
+when it has not returned within ``mount_timeout_seconds`` the mount point is marked stuck and reported with
+``device_error`` 1. A stuck mount point is not statfs'ed again (no thread pile-up on a dead server) until its
+blocked call returns; the state lives in the collector object made by ``make()``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from nvdaemon.compat.node_exporter.context import NoData, NodeContext
+from nvdaemon.compat.node_exporter.family import Family, gauge
+from nvdaemon.compat.node_exporter.options import compile_filter
+
+_LABELS = ("device", "mountpoint", "fstype")
+
+
+class StatResult(Protocol):
+    """The fields of ``os.statvfs_result`` we use (an injected statfs returns anything shaped like it)."""
+
+    @property
+    def f_bsize(self) -> int: ...
+    @property
+    def f_blocks(self) -> int: ...
+    @property
+    def f_bfree(self) -> int: ...
+    @property
+    def f_bavail(self) -> int: ...
+    @property
+    def f_files(self) -> int: ...
+    @property
+    def f_ffree(self) -> int: ...
+
+
+StatFS = Callable[[str], StatResult]
+
+
+class MountsError(ValueError):
+    """A mount table line node_exporter refuses (fewer than four fields)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    device: str
+    mount_point: str
+    fs_type: str
+    options: str
+
+
+def parse_mounts(text: str, rootfs: str = "/") -> list[Mount]:
+    """The mounts of a /proc/<pid>/mounts text; ``rootfs`` is stripped from the front of mount points."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line, it does not start an empty one
+    mounts: list[Mount] = []
+    for line in lines:
+        parts = line.removesuffix("\r").split()
+        if len(parts) < 4:  # a blank line too: node_exporter refuses the whole table
+            raise MountsError(f"malformed mount point information: {line[:200]!r}")
+        # Only these two of the kernel's octal escapes are decoded (by node_exporter): \\134 or \\012 stay as is.
+        mount_point = parts[1].replace("\\040", " ").replace("\\011", "\t")
+        mounts.append(Mount(parts[0], strip_rootfs(mount_point, rootfs), parts[2], parts[3]))
+    return mounts
+
+
+def strip_rootfs(mount_point: str, rootfs: str) -> str:
+    """node_exporter's label for a mount seen through a host root: the plain prefix (string, not path) removed."""
+    if rootfs == "/":
+        return mount_point
+    return mount_point.removeprefix(rootfs) or "/"
+
+
+def read_mounts(ctx: NodeContext) -> str:
+    try:
+        return ctx.read(ctx.proc("1", "mounts"))
+    except NoData:
+        # PID 1's table is hidden (hidepid); the collector's own view. Missing too: the collector fails.
+        return ctx.read(ctx.proc("mounts"))
+
+
+def _excluded(pattern: re.Pattern[str] | None, value: str) -> bool:
+    # node_exporter compiles an empty pattern too, and the empty regexp matches everything: all excluded.
+    return pattern is None or pattern.search(value) is not None
+
+
+class _Call:
+    """One statfs, in its own thread so that the collector can stop waiting for it."""
+
+    def __init__(self, owner: FilesystemCollector, mount_point: str, path: str) -> None:
+        self.owner = owner
+        self.mount_point = mount_point
+        self.done = threading.Event()
+        self.result: StatResult | None = None
+        threading.Thread(target=self._run, args=(path,), name=f"statfs {mount_point}", daemon=True).start()
+
+    def _run(self, path: str) -> None:
+        try:
+            self.result = self.owner.statfs(path)
+        except Exception:  # OSError, or ValueError for a NUL in the path: device_error 1
+            pass  # node_exporter logs it at debug level only
+        finally:
+            with self.owner.lock:
+                self.done.set()
+                self.owner.stuck.discard(self.mount_point)  # it answered: monitored again from the next cycle
+
+    def wait(self, deadline: float) -> StatResult | None:
+        """The result, or ``None`` (failed, or not back by ``deadline``: the mount point is then stuck)."""
+        if not self.done.wait(max(0.0, deadline - time.monotonic())):
+            with self.owner.lock:
+                if not self.done.is_set():  # it may have returned between the timeout and the lock
+                    self.owner.stuck.add(self.mount_point)
+        return self.result
+
+
+class FilesystemCollector:
+    """The collector, with the set of mount points whose statfs is blocked (shared by every cycle)."""
+
+    def __init__(self, statfs: StatFS | None = None) -> None:
+        self.statfs: StatFS = statfs or os.statvfs
+        self.lock = threading.Lock()
+        self.stuck: set[str] = set()
+
+    def start(self, mount_point: str, path: str) -> _Call | None:
+        """A statfs of ``path`` under way, or ``None`` while an earlier one of this mount point is still blocked."""
+        with self.lock:
+            if mount_point in self.stuck:
+                return None
+        return _Call(self, mount_point, path)
+
+    def collect(self, ctx: NodeContext, out: list[Family]) -> None:
+        opts = ctx.options.filesystem
+        rootfs = str(ctx.roots.rootfs)
+        mounts = parse_mounts(read_mounts(ctx), rootfs)
+        points_exclude = compile_filter(opts.mount_points_exclude)
+        types_exclude = compile_filter(opts.fs_types_exclude)
+
+        error = gauge(
+            "node_filesystem_device_error", "Whether an error occurred while getting statistics for the given device."
+        )
+        size = gauge("node_filesystem_size_bytes", "Filesystem size in bytes.")
+        free = gauge("node_filesystem_free_bytes", "Filesystem free space in bytes.")
+        avail = gauge("node_filesystem_avail_bytes", "Filesystem space available to non-root users in bytes.")
+        files = gauge("node_filesystem_files", "Filesystem total file nodes.")
+        files_free = gauge("node_filesystem_files_free", "Filesystem total free file nodes.")
+        readonly = gauge("node_filesystem_readonly", "Filesystem read-only status.")
+        out += [error, size, free, avail, files, files_free, readonly]
+
+        # Mounts listed twice (a repeated bind) give one series. Every statfs starts at once and all share one
+        # deadline, so several mounts of one dead NFS server cost one timeout per cycle, not one each.
+        selected = [
+            m
+            for m in dict.fromkeys(mounts)
+            if not (_excluded(points_exclude, m.mount_point) or _excluded(types_exclude, m.fs_type))
+        ]
+        calls = [
+            self.start(m.mount_point, os.path.normpath(os.path.join(rootfs, m.mount_point.lstrip("/"))))
+            for m in selected
+        ]
+        deadline = time.monotonic() + opts.mount_timeout_seconds
+        for mount, call in zip(selected, calls, strict=True):
+            labels = dict(zip(_LABELS, (mount.device, mount.mount_point, mount.fs_type), strict=True))
+            st = call.wait(deadline) if call is not None else None
+            error.add(0.0 if st is not None else 1.0, labels)
+            if st is None:
+                continue
+            bsize = float(st.f_bsize)
+            size.add(float(st.f_blocks) * bsize, labels)
+            free.add(float(st.f_bfree) * bsize, labels)
+            avail.add(float(st.f_bavail) * bsize, labels)
+            files.add(float(st.f_files), labels)
+            files_free.add(float(st.f_ffree), labels)
+            readonly.add(1.0 if "ro" in mount.options.split(",") else 0.0, labels)
+
+
+def make(statfs: StatFS | None = None) -> FilesystemCollector:
+    return FilesystemCollector(statfs)

@@ -1,0 +1,234 @@
+"""infiniband: ``node_infiniband_*{device,port}`` from ``<sys>/class/infiniband/<hca>/...`` (node_exporter 1.5).
+
+Per HCA: ``board_id``, ``fw_ver`` and ``hca_type`` (optional) -> ``node_infiniband_info``. Per port
+(``ports/<n>``): ``state`` / ``phys_state`` (``"4: ACTIVE"``: the number is exported), ``rate`` (``"400 Gb/sec
+(4X NDR)"`` -> bytes per second, via a float32 as procfs parses it), and the PMA counters of ``counters/`` plus
+the older 64-bit set of ``counters_ext/`` (exported as ``legacy_*``). ``port_{rcv,xmit}_data`` count octets
+divided by the 4 lanes, so they are multiplied by 4 into bytes. ``hw_counters/`` is not read by 1.5.
+
+A counter file that does not parse fails the collector, except the ``N/A (no PMA)`` some drivers show; a missing
+``class/infiniband`` is no data. Everything is read before anything is exported, as node_exporter does.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nvdaemon.collectors.base import NotPresent, ParseError
+from nvdaemon.compat.node_exporter.context import NoData, NodeContext
+from nvdaemon.compat.node_exporter.family import Family, FamilyType
+from nvdaemon.compat.node_exporter.netclass import read_sysfs_attr
+from nvdaemon.compat.node_exporter.netdev import go_parse_float, go_parse_int
+
+_U64 = (1 << 64) - 1
+# counters/<file> -> metric (without node_infiniband_); the data counters are per lane (x4).
+COUNTERS = {
+    "excessive_buffer_overrun_errors": "excessive_buffer_overrun_errors_total",
+    "link_downed": "link_downed_total",
+    "link_error_recovery": "link_error_recovery_total",
+    "local_link_integrity_errors": "local_link_integrity_errors_total",
+    "multicast_rcv_packets": "multicast_packets_received_total",
+    "multicast_xmit_packets": "multicast_packets_transmitted_total",
+    "port_rcv_constraint_errors": "port_constraint_errors_received_total",
+    "port_rcv_data": "port_data_received_bytes_total",
+    "port_rcv_discards": "port_discards_received_total",
+    "port_rcv_errors": "port_errors_received_total",
+    "port_rcv_packets": "port_packets_received_total",
+    "port_rcv_remote_physical_errors": "port_receive_remote_physical_errors_total",
+    "port_rcv_switch_relay_errors": "port_receive_switch_relay_errors_total",
+    "port_xmit_constraint_errors": "port_constraint_errors_transmitted_total",
+    "port_xmit_data": "port_data_transmitted_bytes_total",
+    "port_xmit_discards": "port_discards_transmitted_total",
+    "port_xmit_packets": "port_packets_transmitted_total",
+    "port_xmit_wait": "port_transmit_wait_total",
+    "symbol_error": "symbol_error_total",
+    "unicast_rcv_packets": "unicast_packets_received_total",
+    "unicast_xmit_packets": "unicast_packets_transmitted_total",
+    "VL15_dropped": "vl15_dropped_total",
+}
+COUNTERS_EXT = {
+    "port_multicast_rcv_packets": "legacy_multicast_packets_received_total",
+    "port_multicast_xmit_packets": "legacy_multicast_packets_transmitted_total",
+    "port_rcv_data_64": "legacy_data_received_bytes_total",
+    "port_rcv_packets_64": "legacy_packets_received_total",
+    "port_unicast_rcv_packets": "legacy_unicast_packets_received_total",
+    "port_unicast_xmit_packets": "legacy_unicast_packets_transmitted_total",
+    "port_xmit_data_64": "legacy_data_transmitted_bytes_total",
+    "port_xmit_packets_64": "legacy_packets_transmitted_total",
+}
+PER_LANE = frozenset({"port_rcv_data", "port_xmit_data", "port_rcv_data_64", "port_xmit_data_64"})
+HELP = {
+    "legacy_multicast_packets_received_total": "Number of multicast packets received",
+    "legacy_multicast_packets_transmitted_total": "Number of multicast packets transmitted",
+    "legacy_data_received_bytes_total": "Number of data octets received on all links",
+    "legacy_packets_received_total": "Number of data packets received on all links",
+    "legacy_unicast_packets_received_total": "Number of unicast packets received",
+    "legacy_unicast_packets_transmitted_total": "Number of unicast packets transmitted",
+    "legacy_data_transmitted_bytes_total": "Number of data octets transmitted on all links",
+    "legacy_packets_transmitted_total": "Number of data packets received on all links",  # sic, as 1.5
+    "excessive_buffer_overrun_errors_total": "Number of times that OverrunErrors consecutive flow control update "
+    "periods occurred, each having at least one overrun error.",
+    "link_downed_total": "Number of times the link failed to recover from an error state and went down",
+    "link_error_recovery_total": "Number of times the link successfully recovered from an error state",
+    "local_link_integrity_errors_total": "Number of times that the count of local physical errors exceeded the "
+    "threshold specified by LocalPhyErrors.",
+    "multicast_packets_received_total": "Number of multicast packets received (including errors)",
+    "multicast_packets_transmitted_total": "Number of multicast packets transmitted (including errors)",
+    "physical_state_id": "Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, "
+    "4: shift, 5: link up, 6: link error recover, 7: phytest)",
+    "port_constraint_errors_received_total": "Number of packets received on the switch physical port that are "
+    "discarded",
+    "port_constraint_errors_transmitted_total": "Number of packets not transmitted from the switch physical port",
+    "port_data_received_bytes_total": "Number of data octets received on all links",
+    "port_data_transmitted_bytes_total": "Number of data octets transmitted on all links",
+    "port_discards_received_total": "Number of inbound packets discarded by the port because the port is down or "
+    "congested",
+    "port_discards_transmitted_total": "Number of outbound packets discarded by the port because the port is down "
+    "or congested",
+    "port_errors_received_total": "Number of packets containing an error that were received on this port",
+    "port_packets_received_total": "Number of packets received on all VLs by this port (including errors)",
+    "port_packets_transmitted_total": "Number of packets transmitted on all VLs from this port (including errors)",
+    "port_transmit_wait_total": "Number of ticks during which the port had data to transmit but no data was sent "
+    "during the entire tick",
+    "rate_bytes_per_second": "Maximum signal transfer rate",
+    "state_id": "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
+    "unicast_packets_received_total": "Number of unicast packets received (including errors)",
+    "unicast_packets_transmitted_total": "Number of unicast packets transmitted (including errors)",
+    "port_receive_remote_physical_errors_total": "Number of packets marked with the EBP (End of Bad Packet) "
+    "delimiter received on the port.",
+    "port_receive_switch_relay_errors_total": "Number of packets that could not be forwarded by the switch.",
+    "symbol_error_total": "Number of minor link errors detected on one or more physical lanes.",
+    "vl15_dropped_total": "Number of incoming VL15 packets dropped due to resource limitations.",
+}
+
+
+@dataclass
+class Port:
+    number: int
+    state: int
+    phys_state: int
+    rate: int  # bytes per second
+    counters: dict[str, int] = field(default_factory=dict)  # metric suffix -> value
+
+
+@dataclass
+class Hca:
+    name: str
+    info: dict[str, str]
+    ports: list[Port]
+
+
+def parse_state(text: str, what: str) -> int:
+    """``"4: ACTIVE"`` -> 4 (exactly one colon, a decimal uint32 before it)."""
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise ParseError(f"{what}: expected 'ID: NAME', got {text.strip()[:40]!r}")
+    try:
+        return go_parse_int(parts[0].strip(), bits=32)
+    except ValueError as exc:
+        raise ParseError(f"{what}: {exc}") from None
+
+
+def parse_rate(text: str, what: str) -> int:
+    """``"400 Gb/sec (4X NDR)"`` -> bytes/s: the number as a float32, times 125000000, to uint64 as Go converts."""
+    number, space, _ = text.partition(" ")
+    if not space:
+        raise ParseError(f"{what}: no unit in {text.strip()[:40]!r}")
+    try:
+        value = go_parse_float(number.strip())
+        value = struct.unpack("f", struct.pack("f", value))[0]  # ParseFloat(s, 32)
+    except (ValueError, OverflowError) as exc:
+        raise ParseError(f"{what}: {exc}") from None
+    rate = value * 125_000_000
+    if math.isnan(rate) or math.isinf(rate):
+        return 1 << 63  # amd64's conversion of an unrepresentable float
+    return int(rate) & _U64
+
+
+def read_counters(ctx: NodeContext, directory: Path, names: dict[str, str], optional: bool) -> dict[str, int]:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except FileNotFoundError:
+        if optional:
+            return {}
+        raise
+    counters: dict[str, int] = {}
+    for entry in entries:
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        value = read_sysfs_attr(ctx, directory / entry.name)
+        metric = names.get(entry.name)
+        if value is None or metric is None:
+            continue
+        try:
+            number = go_parse_int(value, base=0)
+        except ValueError:
+            if "N/A (no PMA)" in value:
+                continue  # a counter the port's agent does not provide
+            raise ParseError(f"{directory / entry.name}: not a counter: {value[:40]!r}") from None
+        counters[metric] = (number * 4) & _U64 if entry.name in PER_LANE else number
+    return counters
+
+
+def read_port(ctx: NodeContext, hca: str, port: str) -> Port:
+    try:
+        number = go_parse_int(port, bits=32)
+    except ValueError:
+        raise ParseError(f"infiniband {hca}: bad port directory {port!r}") from None
+    base = ctx.sys("class", "infiniband", hca, "ports", port)
+    state = parse_state(ctx.read(base / "state"), f"{base}/state")
+    phys_state = parse_state(ctx.read(base / "phys_state"), f"{base}/phys_state")
+    rate = parse_rate(ctx.read(base / "rate"), f"{base}/rate")
+    counters = read_counters(ctx, base / "counters", COUNTERS, optional=False)
+    counters |= read_counters(ctx, base / "counters_ext", COUNTERS_EXT, optional=True)
+    return Port(number, state, phys_state, rate, counters)
+
+
+def read_hca(ctx: NodeContext, name: str) -> Hca:
+    base = ctx.sys("class", "infiniband", name)
+    info: dict[str, str] = {}
+    for attr, label in (("board_id", "board_id"), ("fw_ver", "firmware_version"), ("hca_type", "hca_type")):
+        try:
+            text = ctx.read(base / attr)
+        except NotPresent:
+            if attr == "hca_type":  # not every driver has it
+                continue
+            raise ParseError(f"{base / attr}: missing") from None
+        info[label] = text.encode()[:128].decode(errors="replace").strip()
+    ports = {}
+    for port in sorted(os.listdir(base / "ports")):
+        parsed = read_port(ctx, name, port)
+        ports[parsed.number] = parsed  # keyed by number, as procfs's map
+    return Hca(name, info, list(ports.values()))
+
+
+def collect(ctx: NodeContext, out: list[Family]) -> None:
+    root = ctx.sys("class", "infiniband")
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError as exc:
+        raise NoData(str(root)) from exc
+    hcas = [read_hca(ctx, name) for name in names]
+    info = Family("node_infiniband_info", "Non-numeric data from /sys/class/infiniband/<device>, value is always 1.")
+    families: dict[str, Family] = {}
+
+    def family(metric: str, kind: FamilyType) -> Family:
+        if metric not in families:
+            families[metric] = Family(f"node_infiniband_{metric}", HELP[metric], kind)
+        return families[metric]
+
+    for hca in hcas:
+        info.add(1.0, {"board_id": "", "firmware_version": "", "hca_type": "", **hca.info}, device=hca.name)
+        for port in hca.ports:
+            labels = {"device": hca.name, "port": str(port.number)}
+            family("state_id", "gauge").add(port.state, labels)
+            family("physical_state_id", "gauge").add(port.phys_state, labels)
+            family("rate_bytes_per_second", "gauge").add(port.rate, labels)
+            for metric, value in port.counters.items():
+                family(metric, "counter").add(value, labels)
+    out.append(info)
+    out.extend(families.values())

@@ -1,0 +1,252 @@
+"""stat: kernel counters from ``<proc>/stat``, and the /proc/stat reading that the ``cpu`` collector shares.
+
+Families: ``node_intr_total``, ``node_context_switches_total``, ``node_forks_total`` (counters, no unit),
+``node_boot_time_seconds`` (Unix seconds), ``node_procs_running``, ``node_procs_blocked``. Per-vector softirq
+counts are off by default in node_exporter 1.5 and not served, but the ``softirq`` line is still validated: a
+malformed one fails both this collector and ``cpu``, as it does in node_exporter. CPU times are USER_HZ (100) ticks.
+
+node_exporter parses the cpu/softirq lines (and the PSI files, see pressure.py) with Go's ``fmt.Sscanf``, whose
+tolerance is not that of a plain split: a short cpu line is fine, a short softirq line is an error, trailing text
+after the last value is ignored. ``sscanf`` below reproduces that subset so that we fail exactly when it fails.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from nvdaemon.collectors.base import ParseError
+from nvdaemon.compat.node_exporter.context import NodeContext
+from nvdaemon.compat.node_exporter.family import Family, counter, gauge
+
+USER_HZ = 100.0  # procfs divides /proc/stat ticks by a fixed 100, whatever CONFIG_HZ is
+MAX_LINE = 64 * 1024  # bufio.Scanner's token limit: a longer line stops the scan ("token too long")
+MAX_CPUS = 1 << 16  # a cpuN index above this is garbage; Go would try to allocate the slice
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+
+# Go's whitespace (unicode.IsSpace / fmt's isSpace): Python's str.isspace also counts \x1c-\x1f, Go does not.
+GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" + (
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+_FIELD_SPLIT = re.compile(f"[{GO_SPACE}]+")
+_UINT = re.compile(r"[0-9]+", re.ASCII)
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_DECIMAL_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
+_INF_NAN = re.compile(r"[+-]?(inf|nan)", re.ASCII | re.IGNORECASE)
+
+
+def go_lines(text: str, *, path: str) -> list[str]:
+    """Lines as bufio.Scanner yields them (one trailing \\r dropped); an over-long line is an error."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    out: list[str] = []
+    for line in lines:
+        if len(line.encode()) >= MAX_LINE:
+            raise ParseError(f"{path}: line longer than {MAX_LINE} bytes")
+        out.append(line[:-1] if line.endswith("\r") else line)
+    return out
+
+
+def go_fields(line: str) -> list[str]:
+    """``strings.Fields``."""
+    return [f for f in _FIELD_SPLIT.split(line) if f]
+
+
+def go_uint(text: str) -> int:
+    """``strconv.ParseUint(s, 10, 64)``: digits only, no sign, below 2**64."""
+    if not _UINT.fullmatch(text) or int(text) >= 1 << 64:
+        raise ValueError(f"not an unsigned 64-bit integer: {text[:40]!r}")
+    return int(text)
+
+
+def go_int(text: str) -> int:
+    """``strconv.ParseInt(s, 10, 64)`` / ``Atoi``: optional sign, digits, within int64."""
+    if not _INT.fullmatch(text) or not -(1 << 63) <= int(text) < 1 << 63:
+        raise ValueError(f"not a 64-bit integer: {text[:40]!r}")
+    return int(text)
+
+
+def _go_float(token: str) -> float:
+    """fmt's conversion of a scanned float token (strconv.ParseFloat, plus fmt's ``1.5p3`` binary exponent)."""
+    if _INF_NAN.fullmatch(token):
+        return float(token)
+    if "p" in token and not token.lstrip("+-").lower().startswith("0x"):
+        mantissa, _, exponent = token.partition("p")
+        base = _go_float(mantissa)
+        try:
+            return math.ldexp(base, go_int(exponent))
+        except OverflowError:  # Go's math.Ldexp gives an infinity, not an error
+            return math.copysign(math.inf, base)
+    if not _DECIMAL_FLOAT.fullmatch(token):  # hex mantissas and "_" separators: not seen in procfs, refused
+        raise ValueError(f"bad float {token[:40]!r}")
+    value = float(token)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"float out of range: {token[:40]!r}")  # ParseFloat's ErrRange
+    return value
+
+
+class _Input:
+    def __init__(self, text: str) -> None:
+        self.text, self.pos = text, 0
+
+    def accept(self, chars: str) -> bool:
+        if self.pos < len(self.text) and self.text[self.pos] in chars:
+            self.pos += 1
+            return True
+        return False
+
+    def skip_space(self) -> None:
+        while self.accept(GO_SPACE):
+            pass
+
+
+def _float_token(inp: _Input) -> str:
+    """The characters fmt's float scanner takes: it stops at the first one that cannot continue a number."""
+    start = inp.pos
+    if inp.accept("nN") and inp.accept("aA") and inp.accept("nN"):
+        return inp.text[start : inp.pos]
+    inp.accept("+-")
+    if inp.accept("iI") and inp.accept("nN") and inp.accept("fF"):
+        return inp.text[start : inp.pos]
+    digits, exponent = "0123456789_", "eEpP"
+    if inp.accept("0") and inp.accept("xX"):
+        digits, exponent = "0123456789abcdefABCDEF_", "pP"
+    while inp.accept(digits):
+        pass
+    if inp.accept("."):
+        while inp.accept(digits):
+            pass
+    if inp.accept(exponent):
+        inp.accept("+-")
+        while inp.accept("0123456789_"):
+            pass
+    return inp.text[start : inp.pos]
+
+
+def sscanf(text: str, fmt: str, *, partial: bool = False) -> list[str | float | int]:
+    """Go's ``fmt.Sscanf`` for the verbs %s, %f and %d (uint64): the values scanned.
+
+    Running out of input before a verb is Go's ``io.EOF``: with ``partial`` the values so far are returned (procfs
+    accepts a short cpu line), else it is an error. Any other mismatch raises ``ValueError``. Input left after the
+    last verb is ignored, as in Go.
+    """
+    inp, i = _Input(text), 0
+    values: list[str | float | int] = []
+    while i < len(fmt):
+        c = fmt[i]
+        if c in GO_SPACE:  # a format space wants one or more input spaces, or the end of input
+            while i < len(fmt) and fmt[i] in GO_SPACE:
+                i += 1
+            if inp.pos < len(text) and text[inp.pos] not in GO_SPACE:
+                raise ValueError("expected space in input to match format")
+            inp.skip_space()
+            continue
+        if c == "%":
+            verb, i = fmt[i + 1], i + 2
+            inp.skip_space()
+            if inp.pos >= len(text):
+                if partial:
+                    return values
+                raise ValueError("unexpected EOF")
+            if verb == "s":
+                start = inp.pos
+                while inp.pos < len(text) and text[inp.pos] not in GO_SPACE:
+                    inp.pos += 1
+                values.append(text[start : inp.pos])
+            elif verb == "f":
+                values.append(_go_float(_float_token(inp)))
+            else:  # "d" into a uint64: decimal digits only
+                start = inp.pos
+                while inp.accept("0123456789"):
+                    pass
+                if inp.pos == start:
+                    raise ValueError("expected integer")
+                values.append(go_uint(text[start : inp.pos]))
+            continue
+        if inp.pos >= len(text):
+            raise ValueError("unexpected EOF")
+        if text[inp.pos] != c:
+            raise ValueError("input does not match format")
+        inp.pos, i = inp.pos + 1, i + 1
+    return values
+
+
+@dataclass
+class Stat:
+    """What node_exporter takes from /proc/stat; absent lines stay 0, as in procfs."""
+
+    cpus: list[tuple[float, ...]] = field(default_factory=list)  # by CPU index, seconds per CPU_FIELDS; gaps 0
+    boot_time: int = 0
+    intr: int = 0
+    ctxt: int = 0
+    forks: int = 0
+    running: int = 0
+    blocked: int = 0
+
+
+_CPU_FORMAT = "%s" + " %f" * len(CPU_FIELDS)
+_SOFTIRQ_FORMAT = "%s" + " %d" * 11  # total, then ten vectors
+_UINT_KEYS = {
+    "btime": "boot_time",
+    "ctxt": "ctxt",
+    "processes": "forks",
+    "procs_running": "running",
+    "procs_blocked": "blocked",
+}
+
+
+def _cpu_line(stat: Stat, line: str) -> None:
+    values = sscanf(line, _CPU_FORMAT, partial=True)  # fewer values is fine: older kernels print fewer
+    name = str(values[0])
+    times = tuple(float(v) / USER_HZ for v in values[1:]) + (0.0,) * (len(CPU_FIELDS) + 1 - len(values))
+    index = -1 if name == "cpu" else go_int(name[3:])
+    if index == -1:  # the aggregate line ("cpu-1" lands here too, as in procfs); node_exporter does not use it
+        return
+    if not 0 <= index < MAX_CPUS:
+        raise ValueError(f"CPU index {index} out of range")
+    while len(stat.cpus) <= index:  # an offline CPU leaves a gap that reads as zeros
+        stat.cpus.append((0.0,) * len(CPU_FIELDS))
+    stat.cpus[index] = times
+
+
+def parse_stat(text: str, path: str = "/proc/stat") -> Stat:
+    """Parse /proc/stat as procfs 0.8 does: any malformed value of a known key fails the whole file."""
+    stat = Stat()
+    for line in go_lines(text, path=path):
+        parts = go_fields(line)
+        if len(parts) < 2:  # procfs wants at least "<key> <value>"
+            continue
+        key = parts[0]
+        try:
+            if key in _UINT_KEYS:
+                setattr(stat, _UINT_KEYS[key], go_uint(parts[1]))
+            elif key == "intr":
+                stat.intr = go_uint(parts[1])
+                for count in parts[2:]:  # the per-IRQ counts are not served, but must parse
+                    go_uint(count)
+            elif key == "softirq":
+                sscanf(line, _SOFTIRQ_FORMAT)  # ten vectors are required
+            elif key.startswith("cpu"):
+                _cpu_line(stat, line)
+        except ValueError as exc:
+            raise ParseError(f"{path}: couldn't parse {line[:80]!r} ({key}): {exc}") from None
+    return stat
+
+
+def read_stat(ctx: NodeContext) -> Stat:
+    """/proc/stat through the cycle's shared read (the hardware cpu collector reads the same file)."""
+    path = ctx.proc("stat")
+    return parse_stat(ctx.read(path), str(path))
+
+
+def collect(ctx: NodeContext, out: list[Family]) -> None:
+    stat = read_stat(ctx)
+    out.append(counter("node_intr_total", "Total number of interrupts serviced.", float(stat.intr)))
+    out.append(counter("node_context_switches_total", "Total number of context switches.", float(stat.ctxt)))
+    out.append(counter("node_forks_total", "Total number of forks.", float(stat.forks)))
+    out.append(gauge("node_boot_time_seconds", "Node boot time, in unixtime.", float(stat.boot_time)))
+    out.append(gauge("node_procs_running", "Number of processes in runnable state.", float(stat.running)))
+    blocked = float(stat.blocked)
+    out.append(gauge("node_procs_blocked", "Number of processes blocked waiting for I/O to complete.", blocked))
