@@ -20,12 +20,11 @@ ERC, self-test log counts) or the JSON header (``smartctl_version``) are not pro
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from nvdaemon.collectors.smart import DiskReport, controller_of, smart_collector
+from nvdaemon.compat.node_exporter.family import go_float
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -85,30 +84,6 @@ FLAGS: tuple[tuple[int, str, str], ...] = (
     (0x10, "C", "event_count"),
     (0x20, "K", "auto_keep"),
 )
-
-
-def go_float(value: float) -> str:
-    """``strconv.FormatFloat(v, 'g', -1, 64)``, as client_golang writes sample values."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "0"
-    sign, digit_tuple, exp = Decimal(repr(value)).normalize().as_tuple()  # repr: the shortest round-trip digits
-    assert isinstance(exp, int)
-    digits = "".join(map(str, digit_tuple))
-    point = len(digits) + exp  # digits before the decimal point
-    minus = "-" if sign else ""
-    x = point - 1
-    if x < -4 or x >= 6:  # Go's %e threshold for the shortest representation
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{minus}{mantissa}e{'-' if x < 0 else '+'}{abs(x):02d}"
-    if point <= 0:
-        return f"{minus}0.{'0' * -point}{digits}"
-    if point >= len(digits):
-        return minus + digits + "0" * (point - len(digits))
-    return f"{minus}{digits[:point]}.{digits[point:]}"
 
 
 def flags_short(flags: int) -> str:

@@ -15,7 +15,7 @@ import pytest
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
-from nvdaemon.compat.node_exporter.diskstats import go_parse_float, parse_diskstats, parse_udev
+from nvdaemon.compat.node_exporter.diskstats import parse_diskstats, parse_udev
 from nvdaemon.compat.node_exporter.family import Family
 from nvdaemon.compat.node_exporter.filesystem import FilesystemCollector, MountsError, parse_mounts
 from nvdaemon.compat.node_exporter.mdadm import MdstatError, parse_mdstat
@@ -106,19 +106,6 @@ def test_diskstats_bad_numbers_fail_the_file(line: str) -> None:
 def test_udev_properties() -> None:
     text = "S:disk/by-id/x\nE:ID_MODEL=A B\nE:ID_FS_LABEL=a=b\nE:NOVALUE\nL:0\nE:ID_ATA=1"
     assert parse_udev(text) == {"ID_MODEL": "A B", "ID_FS_LABEL": "a=b", "ID_ATA": "1"}
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [("0", 0.0), ("7200", 7200.0), ("-1.5e3", -1500.0), (".5", 0.5), ("0x1p-2", 0.25), ("+Inf", float("inf"))],
-)
-def test_go_parse_float(text: str, value: float) -> None:
-    assert go_parse_float(text) == value
-
-
-@pytest.mark.parametrize("text", ["", " 1", "1 ", "1_000", "1e400", "-nan", "0x10", "yes"])
-def test_go_parse_float_refuses(text: str) -> None:
-    assert go_parse_float(text) is None
 
 
 def test_diskstats_gpunode_families() -> None:

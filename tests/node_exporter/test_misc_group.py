@@ -3,7 +3,6 @@ textfile collector's edge cases both on their own and against node_exporter (ski
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -48,27 +47,6 @@ def _value(fam: Family, **labels: str) -> float:
         if dict(got) == labels:
             return value
     raise KeyError(labels)
-
-
-# --- Go's strconv.ParseFloat ---
-
-
-@pytest.mark.parametrize(
-    ("token", "expected"),
-    [
-        *[("12", 12.0), ("-1.5e3", -1500.0), (".5", 0.5), ("5.", 5.0), ("+Inf", math.inf)],
-        *[("-infinity", -math.inf), ("NaN", math.nan), ("0x1p4", 16.0), ("1e-400", 0.0)],
-    ],
-)
-def test_go_float_accepts(token: str, expected: float) -> None:
-    value = meminfo.parse_go_float(token)
-    assert value == expected or (math.isnan(value) and math.isnan(expected))
-
-
-@pytest.mark.parametrize("token", ["", " 1", "1 ", "1_000", "+nan", "1e400", "0x10", "١", "1\r", "infin", "--1"])
-def test_go_float_refuses(token: str) -> None:
-    with pytest.raises(ValueError):
-        meminfo.parse_go_float(token)
 
 
 # --- meminfo ---

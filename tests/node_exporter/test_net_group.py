@@ -13,7 +13,7 @@ from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.conntrack import parse_conntrack_stat
 from nvdaemon.compat.node_exporter.infiniband import parse_rate, parse_state
 from nvdaemon.compat.node_exporter.netclass import speed_bytes, sysfs_int
-from nvdaemon.compat.node_exporter.netdev import go_lines, go_parse_float, go_parse_int, parse_proc_net_dev
+from nvdaemon.compat.node_exporter.netdev import parse_proc_net_dev
 from nvdaemon.compat.node_exporter.netstat import parse_pairs, parse_snmp6
 from nvdaemon.compat.node_exporter.sockstat import parse_sockstat
 from nvdaemon.compat.node_exporter.softnet import parse_softnet
@@ -24,71 +24,6 @@ from tests.node_exporter.oracle import binary, compare, options_for, ours, their
 GPUNODE = HOSTS / "gpunode"
 NET = "sys/devices/pci0000:16/0000:16:02.0/0000:17:00.0/net/eno1"
 PORT = "sys/devices/pci0000:a0/0000:a0:01.0/0000:a1:00.0/infiniband/mlx5_0/ports/1"
-
-
-# ---------------------------------------------------------------------------------------------- number parsing
-@pytest.mark.parametrize(
-    ("text", "kwargs", "want"),
-    [
-        ("0", {}, 0),
-        ("18446744073709551615", {}, 2**64 - 1),
-        ("ff", {"base": 16}, 255),
-        ("0000001a", {"base": 16, "bits": 32}, 26),
-        ("0x1003", {"base": 0, "signed": True}, 0x1003),
-        ("010", {"base": 0, "signed": True}, 8),  # a leading 0 is octal in base 0
-        ("0b101", {"base": 0, "signed": True}, 5),
-        ("1_000", {"base": 0, "signed": True}, 1000),
-        ("-1", {"base": 0, "signed": True}, -1),
-        ("+7", {"signed": True}, 7),
-    ],
-)
-def test_go_parse_int_accepts(text: str, kwargs: dict[str, int], want: int) -> None:
-    assert go_parse_int(text, **kwargs) == want  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("text", "kwargs"),
-    [
-        ("", {}),
-        (" 1", {}),
-        ("1 ", {}),
-        ("-1", {}),  # ParseUint takes no sign
-        ("+1", {}),
-        ("18446744073709551616", {}),
-        ("1_000", {}),  # underscores only in base 0
-        ("0x10", {"base": 16}),  # no prefix with an explicit base
-        ("100000000", {"base": 16, "bits": 32}),
-        ("٣", {}),  # a non-ASCII digit
-        ("9223372036854775808", {"base": 0, "signed": True}),
-        ("1__0", {"base": 0, "signed": True}),
-        ("_1", {"base": 0, "signed": True}),
-        ("08", {"base": 0, "signed": True}),
-    ],
-)
-def test_go_parse_int_refuses(text: str, kwargs: dict[str, int]) -> None:
-    with pytest.raises(ValueError):
-        go_parse_int(text, **kwargs)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("text", "want"),
-    [("-1", -1.0), ("2367057006", 2367057006.0), ("1e3", 1000.0), (".5", 0.5), ("0x1p-2", 0.25), ("Inf", 1e309)],
-)
-def test_go_parse_float(text: str, want: float) -> None:
-    assert go_parse_float(text) == want
-
-
-@pytest.mark.parametrize("text", ["", " 1", "1_0", "1e400", "abc", "0x1", "1,5"])
-def test_go_parse_float_refuses(text: str) -> None:
-    with pytest.raises(ValueError):
-        go_parse_float(text)
-
-
-def test_go_lines_is_bufio_scanner() -> None:
-    assert go_lines("a\r\nb\n") == ["a", "b"]
-    assert go_lines("a\n\nb") == ["a", "", "b"]
-    assert go_lines("a\x0cb\n") == ["a\x0cb"]  # only \n splits
-    assert go_lines("") == []
 
 
 # ------------------------------------------------------------------------------------------------- parsers

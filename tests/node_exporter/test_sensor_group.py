@@ -9,7 +9,6 @@ documented handling.
 from __future__ import annotations
 
 import errno
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -17,17 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from nvdaemon.collectors.base import HostRoots, ParseError
+from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, merge, render
-from nvdaemon.compat.node_exporter.hwmon import (
-    clean_name,
-    explode_filename,
-    go_trim_space,
-    parse_go_float,
-    parse_go_int,
-)
+from nvdaemon.compat.node_exporter.hwmon import clean_name, explode_filename
 from nvdaemon.compat.node_exporter.powersupplyclass import collect_supplies
 from nvdaemon.compat.node_exporter.rapl import collect_zones, index_and_name, sanitize_metric_name
 from nvdaemon.compat.node_exporter.surface import collect_once
@@ -40,100 +33,6 @@ GROUP = ("hwmon", "thermal_zone", "rapl", "edac", "powersupplyclass")
 
 
 # ---- parsers -------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "want"),
-    [
-        ("45000", 45000.0),
-        ("-273150", -273150.0),
-        ("1.5", 1.5),
-        (".5", 0.5),
-        ("1.", 1.0),
-        ("1e3", 1000.0),
-        ("+2E-2", 0.02),
-        ("0x1p4", 16.0),
-        ("0X.8P1", 1.0),
-        ("Inf", math.inf),
-        ("-infinity", -math.inf),
-        ("1e-400", 0.0),  # underflow is no error in Go
-        ("", None),
-        (" 45000", None),  # Go takes no surrounding space
-        ("45000 ", None),
-        ("1_000", 1000.0),  # Go's literal syntax
-        ("1_000.5e1_0", 1000.5e10),
-        ("0x_1p4", 16.0),
-        ("1__0", None),
-        ("1_.5", None),
-        ("1e_1", None),
-        ("_1", None),
-        ("1_", None),
-        ("95.0%", None),
-        ("0x10", None),  # a hex float needs its p exponent
-        ("1e400", None),  # overflow is an error, not infinity
-        ("+nan", None),
-        ("N/A", None),
-        ("١٢", None),  # Python's float() takes non-ASCII digits
-    ],
-)
-def test_parse_go_float(text: str, want: float | None) -> None:
-    assert parse_go_float(text) == want
-
-
-def test_parse_go_float_nan() -> None:
-    value = parse_go_float("NaN")
-    assert value is not None and math.isnan(value)
-
-
-@pytest.mark.parametrize(
-    ("text", "base0", "signed", "want"),
-    [
-        ("42", False, True, 42),
-        ("-1", False, True, -1),
-        ("+7", False, True, 7),
-        ("9223372036854775807", False, True, (1 << 63) - 1),
-        ("18446744073709551615", False, False, (1 << 64) - 1),
-        ("0x1F", True, True, 31),
-        ("0o17", True, True, 15),
-        ("017", True, True, 15),  # a bare leading 0 is octal in Go
-        ("0b101", True, True, 5),
-        ("1_000", True, True, 1000),
-        ("-0x_10", True, True, -16),
-        ("0", True, True, 0),
-        ("0" * 100 + "1", False, True, 1),
-    ],
-)
-def test_parse_go_int(text: str, base0: bool, signed: bool, want: int) -> None:
-    assert parse_go_int(text, base0=base0, signed=signed) == want
-
-
-@pytest.mark.parametrize(
-    ("text", "base0", "signed"),
-    [
-        ("", False, True),
-        ("9223372036854775808", False, True),
-        ("18446744073709551616", False, False),
-        ("-1", False, False),
-        ("+1", False, False),  # ParseUint takes no sign
-        ("1_000", False, True),  # "_" only with base 0
-        ("0x1F", False, True),
-        ("08", True, True),
-        ("1__0", True, True),
-        ("_1", True, True),
-        ("1_", True, True),
-        ("0x", True, True),
-        ("12 ", False, True),
-        ("1" * 500, False, True),
-    ],
-)
-def test_parse_go_int_rejects(text: str, base0: bool, signed: bool) -> None:
-    with pytest.raises(ParseError):
-        parse_go_int(text, base0=base0, signed=signed)
-
-
-def test_go_trim_space_keeps_ascii_separators() -> None:
-    assert go_trim_space("\t x86_pkg_temp\n\xa0") == "x86_pkg_temp"
-    assert go_trim_space("\x1cname\x1f") == "\x1cname\x1f"  # Python's strip() would drop them
 
 
 @pytest.mark.parametrize(

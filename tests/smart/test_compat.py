@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from nvdaemon.collectors.smart import DiskReport, SmartCollector
-from nvdaemon.compat.smartctl import FAMILIES, flags_long, flags_short, go_float, render_reports
+from nvdaemon.compat.node_exporter.family import go_float
+from nvdaemon.compat.smartctl import FAMILIES, flags_long, flags_short, render_reports
 from tests.smart.conftest import Standin, collector, cycle
 
 # smartctl_exporter's metrics.go (name -> type, HELP, label names); the facts the drop-in must reproduce.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.netdev import go_lines, go_parse_int
+from nvdaemon.compat.node_exporter.goparse import parse_uint, scan_lines, trim_space
 
 STAT_COLUMNS = 17
 # Summed stat columns: (column index, family suffix, HELP).
@@ -36,12 +36,12 @@ _PARSED = (0, *(column for column, _, _ in STATS))  # procfs also validates the 
 def parse_conntrack_stat(text: str) -> list[int]:
     """The STATS columns summed over the per-CPU lines (uint64 arithmetic, as Go's)."""
     totals = [0] * len(STATS)
-    for n, line in enumerate(go_lines(text)[1:], start=2):
+    for n, line in enumerate(scan_lines(text)[1:], start=2):
         fields = line.split()
         if len(fields) != STAT_COLUMNS:
             raise ParseError(f"/proc/net/stat/nf_conntrack: line {n}: {len(fields)} fields, expected {STAT_COLUMNS}")
         try:
-            values = {i: go_parse_int(fields[i], base=16) for i in _PARSED}
+            values = {i: parse_uint(fields[i], base=16) for i in _PARSED}
         except ValueError as exc:
             raise ParseError(f"/proc/net/stat/nf_conntrack: line {n}: {exc}") from None
         for k, (column, _, _) in enumerate(STATS):
@@ -52,7 +52,7 @@ def parse_conntrack_stat(text: str) -> list[int]:
 def _read_uint(ctx: NodeContext, name: str) -> int:
     text = ctx.read(ctx.proc("sys", "net", "netfilter", name))
     try:
-        return go_parse_int(text.strip())
+        return parse_uint(trim_space(text))
     except ValueError as exc:
         raise ParseError(f"/proc/sys/net/netfilter/{name}: {exc}") from None
 

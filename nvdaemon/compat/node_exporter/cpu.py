@@ -21,7 +21,8 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.procstat import CPU_FIELDS, GO_SPACE, go_int, go_uint, read_stat
+from nvdaemon.compat.node_exporter.goparse import parse_int, parse_uint, trim_space
+from nvdaemon.compat.node_exporter.procstat import CPU_FIELDS, read_stat
 
 JUMP_BACK_SECONDS = 3.0  # an idle step back this large is a CPU that went away and came back
 IDLE = CPU_FIELDS.index("idle")
@@ -39,13 +40,13 @@ def parse_isolated(text: str) -> list[int]:
             bounds = item.split("-")
             if len(bounds) != 2:
                 raise ValueError(f"invalid cpu range: {item[:40]!r}")
-            start, end = go_int(bounds[0]), go_int(bounds[1])
+            start, end = parse_int(bounds[0]), parse_int(bounds[1])
             if end - start + 1 >= _UINT16:  # every 16-bit value, without walking a huge range
                 cpus.extend(range(_UINT16))
             else:
                 cpus.extend(i % _UINT16 for i in range(start, end + 1))
             continue
-        cpus.append(go_int(item) % _UINT16)
+        cpus.append(parse_int(item) % _UINT16)
     return cpus
 
 
@@ -62,7 +63,7 @@ def cpu_dirs(ctx: NodeContext) -> list[Path]:
 def _read_uint(ctx: NodeContext, path: Path) -> int | None:
     """node_exporter's readUintFromFile; any failure (absent, unreadable, not a number) is None here."""
     try:
-        return go_uint(ctx.read(path).strip(GO_SPACE))
+        return parse_uint(trim_space(ctx.read(path)))
     except (NotPresent, OSError, ValueError):
         return None
 

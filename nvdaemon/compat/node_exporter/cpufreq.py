@@ -20,7 +20,7 @@ from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.cpu import cpu_dirs
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.procstat import GO_SPACE, go_uint
+from nvdaemon.compat.node_exporter.goparse import parse_uint, trim_space
 
 # sysfs file -> (family, HELP); the order is the order node_exporter sends them in
 FREQUENCIES: dict[str, tuple[str, str]] = {
@@ -59,7 +59,7 @@ def read_policy(ctx: NodeContext, cpu: str, base: Path) -> CpuFreq:
         except (NotPresent, PermissionError):  # absent, or root-only (cpuinfo_cur_freq) and we are not root
             continue
         try:
-            stats.khz[name] = go_uint(text.strip(GO_SPACE))
+            stats.khz[name] = parse_uint(trim_space(text))
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
     for name in REQUIRED_TEXT:

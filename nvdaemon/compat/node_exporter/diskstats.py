@@ -14,18 +14,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, counter, gauge
+from nvdaemon.compat.node_exporter.goparse import parse_float_or_none, parse_uint
 from nvdaemon.compat.node_exporter.options import compile_filter
 
 SECTOR = 512.0
 _MS = 1.0 / 1000.0  # node_exporter multiplies ticks by 0.001 (not / 1000): same float results
-_UINT = re.compile(r"[0-9]+", re.ASCII)  # what Go's Sscanf %d takes for an unsigned field: no sign
 _LINE_FIELDS = 20  # major, minor, name and at most 17 counters; anything after is ignored
 _MIN_FIELDS = 14  # shorter lines (absent counters) are skipped, not an error
-_GO_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-_GO_HEX = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+", re.ASCII)
-_GO_INF = re.compile(r"[+-]?inf(?:inity)?", re.ASCII | re.IGNORECASE)  # NaN is accepted unsigned only
 
 # Counter index -> (name, help, type, factor); the order of the kernel's columns (Documentation/iostats).
 _STATS: tuple[tuple[str, str, str, float], ...] = (
@@ -60,25 +58,6 @@ _ATA = {
 }
 
 
-def go_parse_float(text: str) -> float | None:
-    """Go's ``strconv.ParseFloat(text, 64)``, or ``None`` where Go returns an error (syntax or out of range).
-
-    Unlike Python's ``float``, Go takes no surrounding spaces and no ``_`` between decimal digits, and a finite
-    literal that overflows is an error rather than infinity.
-    """
-    if _GO_INF.fullmatch(text):
-        return float("-inf") if text.startswith("-") else float("inf")
-    if text.lower() == "nan":
-        return float("nan")
-    if _GO_DECIMAL.fullmatch(text):
-        value = float(text)
-    elif _GO_HEX.fullmatch(text):
-        value = float.fromhex(text)
-    else:
-        return None
-    return None if value in (float("inf"), float("-inf")) else value
-
-
 @dataclass(frozen=True)
 class DiskLine:
     major: int
@@ -88,10 +67,11 @@ class DiskLine:
 
 
 def _uint(token: str, bits: int, line: str) -> int:
-    # Length first: int() refuses very long digit strings, and anything past 20 digits overflows anyway.
-    if not _UINT.fullmatch(token) or len(token.lstrip("0")) > 20 or int(token) >= 1 << bits:
-        raise ValueError(f"diskstats: bad number {token[:40]!r} in line {line.strip()[:100]!r}")
-    return int(token)
+    # What Go's Sscanf %d takes for an unsigned field: decimal digits, no sign, no "_", within the field's bits.
+    try:
+        return parse_uint(token, bits=bits)
+    except ParseError:
+        raise ValueError(f"diskstats: bad number {token[:40]!r} in line {line.strip()[:100]!r}") from None
 
 
 def parse_diskstats(text: str) -> list[DiskLine]:
@@ -189,6 +169,6 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
         if udev.get("ID_ATA", ""):
             for key, fam in ata.items():
                 # An absent or unparsable property is skipped (node_exporter logs it), the others still export.
-                reading = go_parse_float(udev[key]) if key in udev else None
+                reading = parse_float_or_none(udev[key]) if key in udev else None
                 if reading is not None:
                     fam.add(reading, device=name)

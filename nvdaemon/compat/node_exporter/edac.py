@@ -18,7 +18,8 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, counter
-from nvdaemon.compat.node_exporter.hwmon import go_glob, read_int_file
+from nvdaemon.compat.node_exporter.goparse import glob
+from nvdaemon.compat.node_exporter.hwmon import read_int_file
 
 _CONTROLLER = re.compile(r"mc[0-9].*", re.DOTALL)
 _CSROW = re.compile(r"csrow[0-9].*", re.DOTALL)
@@ -41,7 +42,7 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
     row_ce = counter("node_edac_csrow_correctable_errors_total", "Total correctable memory errors for this csrow.")
     row_ue = counter("node_edac_csrow_uncorrectable_errors_total", "Total uncorrectable memory errors for this csrow.")
     out += [ce, ue, row_ce, row_ue]  # filled as the files are read: a failure keeps what came before it
-    for controller in go_glob(ctx.sys("devices", "system", "edac", "mc"), _CONTROLLER):
+    for controller in glob(ctx.sys("devices", "system", "edac", "mc"), _CONTROLLER):
         m = _CONTROLLER_NUMBER.search(str(controller))
         if m is None:
             raise ParseError(f"controller string didn't match regexp: {controller}")
@@ -51,7 +52,7 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
         row_ce.add(read_count(ctx, controller / "ce_noinfo_count", where), controller=mc, csrow="unknown")
         ue.add(read_count(ctx, controller / "ue_count", where), controller=mc)
         row_ue.add(read_count(ctx, controller / "ue_noinfo_count", where), controller=mc, csrow="unknown")
-        for csrow in go_glob(controller, _CSROW):
+        for csrow in glob(controller, _CSROW):
             m = _CSROW_NUMBER.search(str(csrow))
             if m is None:
                 raise ParseError(f"csrow string didn't match regexp: {csrow}")

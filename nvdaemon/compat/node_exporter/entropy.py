@@ -8,22 +8,21 @@ an absent file is skipped, but one that cannot be read or is not an unsigned int
 
 from __future__ import annotations
 
-import re
-
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
+from nvdaemon.compat.node_exporter.goparse import parse_uint, trim_space
 
 FILES = ("entropy_avail", "poolsize", "urandom_min_reseed_secs", "write_wakeup_threshold", "read_wakeup_threshold")
-_UINT = re.compile(r"[0-9]+", re.ASCII)
 
 
-def parse_uint(text: str, name: str) -> int:
+def read_uint(text: str, name: str) -> int:
     """``strconv.ParseUint(strings.TrimSpace(text), 10, 64)``."""
-    token = text.strip()
-    if not _UINT.fullmatch(token) or int(token) >= 1 << 64:
-        raise ParseError(f"{name}: not an unsigned 64-bit integer: {token[:40]!r}")
-    return int(token)
+    token = trim_space(text)
+    try:
+        return parse_uint(token)
+    except ParseError:
+        raise ParseError(f"{name}: not an unsigned 64-bit integer: {token[:40]!r}") from None
 
 
 def read_random(ctx: NodeContext) -> dict[str, int]:
@@ -34,7 +33,7 @@ def read_random(ctx: NodeContext) -> dict[str, int]:
             text = ctx.read(ctx.proc("sys", "kernel", "random", name))
         except NotPresent:
             continue
-        values[name] = parse_uint(text, name)
+        values[name] = read_uint(text, name)
     return values
 
 

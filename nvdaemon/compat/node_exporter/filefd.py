@@ -9,7 +9,7 @@ from __future__ import annotations
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.meminfo import parse_go_float
+from nvdaemon.compat.node_exporter.goparse import parse_float
 
 
 def split_file_nr(text: str) -> dict[str, str]:
@@ -24,7 +24,7 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
     # Emitted one by one: node_exporter sends the first value before it meets a bad second one.
     for name, token in split_file_nr(ctx.read(ctx.proc("sys", "fs", "file-nr"))).items():
         try:
-            value = parse_go_float(token)
+            value = parse_float(token)
         except ValueError as exc:
             raise ParseError(f"file-nr: invalid value {token[:40]!r}: {exc}") from None
         out.append(gauge(f"node_filefd_{name}", f"File descriptor statistics: {name}.", value))

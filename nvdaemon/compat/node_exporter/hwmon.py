@@ -9,13 +9,12 @@ ms -> s, fan speeds stay RPM; properties it has no unit for are exported raw. A 
 a Go float is skipped. The ``chip`` label comes from the resolved ``device`` link (``platform_coretemp_0``), else
 from the ``name`` file, else from the directory; ``node_hwmon_chip_names`` maps it to the ``name`` file.
 
-The Go helpers below (TrimSpace, ParseInt/ParseUint/ParseFloat, 128-byte sysfs reads, Glob, the registry's help
-check) are shared with the other sensor-group collectors: thermal_zone, rapl, edac and powersupplyclass.
+The procfs helpers below (integer files, 128-byte sysfs reads) and the registry's help check are shared with the
+other sensor-group collectors: thermal_zone, rapl, edac and powersupplyclass (Go's parsers are in goparse).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from pathlib import Path
@@ -23,90 +22,14 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
+from nvdaemon.compat.node_exporter.goparse import parse_float_or_none, parse_int, parse_uint, trim_space
 from nvdaemon.compat.node_exporter.options import compile_filter
-
-# Go's unicode.IsSpace: Python's str.isspace() set less the four ASCII separators \x1c-\x1f.
-GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
-_HEX_FLOAT = re.compile(r"[+-]?0[xX]([0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+", re.ASCII)
-_INF = re.compile(r"[+-]?(inf|infinity)", re.ASCII | re.IGNORECASE)
-_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdef"}
-
-
-def go_trim_space(text: str) -> str:
-    return text.strip(GO_SPACE)
-
-
-def parse_go_float(text: str) -> float | None:
-    """``strconv.ParseFloat(text, 64)``; ``None`` where Go errs (surrounding space, finite overflow...)."""
-    if _INF.fullmatch(text):
-        return -math.inf if text.startswith("-") else math.inf
-    if text.lower() == "nan":  # Go takes no sign on NaN
-        return math.nan
-    if "_" in text:  # Go's float literal syntax: "_" between digits ("1_000.5"), a base prefix counting as one
-        body = text[1:] if text[:1] in ("+", "-") else text
-        hexadecimal = body[:2].lower() == "0x"
-        if not _underscores_ok(body[2:] if hexadecimal else body, hexadecimal, hexadecimal):
-            return None
-        text = text.replace("_", "")
-    if _DECIMAL.fullmatch(text):
-        value = float(text)
-    elif _HEX_FLOAT.fullmatch(text):
-        value = float.fromhex(text)
-    else:
-        return None
-    return None if math.isinf(value) else value
-
-
-def _underscores_ok(body: str, prefixed: bool, hexadecimal: bool) -> bool:
-    # Go's underscoreOK: "_" only between digits, where a base prefix counts as a digit.
-    saw = "0" if prefixed else "^"
-    for ch in body:
-        if ch in "0123456789" or (hexadecimal and ch.lower() in "abcdef"):
-            saw = "0"
-        elif ch == "_":
-            if saw != "0":
-                return False
-            saw = "_"
-        else:
-            if saw == "_":
-                return False
-            saw = "!"
-    return saw != "_"
-
-
-def parse_go_int(text: str, base0: bool = False, signed: bool = True) -> int:
-    """``strconv.ParseInt(text, 10 or 0, 64)`` (``signed``) or ``ParseUint``; raises ``ParseError`` where Go errs.
-
-    With ``base0`` the prefix picks the base as in Go (0x, 0o, 0b, and a bare leading 0 for octal) and ``_``
-    may separate digits.
-    """
-    sign, body = (text[0], text[1:]) if text[:1] in ("+", "-") else ("", text)
-    if sign and not signed:
-        raise ParseError(f"not an unsigned integer: {text[:40]!r}")
-    base, digits, prefixed = 10, body, False
-    if base0 and len(body) >= 2 and body[0] == "0" and body[1].lower() in "xob":
-        base, digits, prefixed = {"x": 16, "o": 8, "b": 2}[body[1].lower()], body[2:], True
-    elif base0 and len(body) >= 2 and body[0] == "0":
-        base, digits, prefixed = 8, body[1:], True
-    if base0 and "_" in digits:
-        if not _underscores_ok(digits, prefixed, base == 16):
-            raise ParseError(f"bad digit separators: {text[:40]!r}")
-        digits = digits.replace("_", "")
-    if not digits or any(ch not in _DIGITS[base] for ch in digits.lower()):
-        raise ParseError(f"not an integer: {text[:40]!r}")
-    if len(digits.lstrip("0")) > 70:  # past 64 bits in any base; int() refuses very long digit strings
-        raise ParseError(f"out of range: {text[:40]!r}")
-    value = int(digits, base) * (-1 if sign == "-" else 1)
-    low, high = (-(1 << 63), (1 << 63) - 1) if signed else (0, (1 << 64) - 1)
-    if not low <= value <= high:
-        raise ParseError(f"out of range: {text[:40]!r}")
-    return value
 
 
 def read_int_file(ctx: NodeContext, path: Path, signed: bool = False) -> int:
     """procfs's ReadUintFromFile / ReadIntFromFile: the whole file, TrimSpace, base 10."""
-    return parse_go_int(go_trim_space(ctx.read(path)), signed=signed)
+    text = trim_space(ctx.read(path))
+    return parse_int(text) if signed else parse_uint(text)
 
 
 def sys_read_file(ctx: NodeContext, path: Path) -> str:
@@ -114,15 +37,6 @@ def sys_read_file(ctx: NodeContext, path: Path) -> str:
     text = ctx.read(path)
     raw = text.encode()
     return raw[:128].decode(errors="replace") if len(raw) > 128 else text
-
-
-def go_glob(directory: Path, pattern: re.Pattern[str]) -> list[Path]:
-    """``filepath.Glob(directory/<pattern>)``: matching entries in byte order; an unreadable directory is none."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    return [directory / n for n in sorted(names, key=os.fsencode) if pattern.fullmatch(n)]
 
 
 class Families:
@@ -242,7 +156,7 @@ def emit_sensor(fams: Families, chip: str, sensor: str, values: dict[str, str]) 
         fams.add("node_hwmon_beep_enabled", "Hardware beep enabled", "gauge", enabled, labels)
         return
     if kind in ("vrm", "update_interval"):
-        value = parse_go_float(values.get("", ""))
+        value = parse_float_or_none(values.get("", ""))
         if value is not None and kind == "vrm":
             fams.add("node_hwmon_voltage_regulator_version", "Hardware voltage regulator", "gauge", value, labels)
         elif value is not None:
@@ -257,7 +171,7 @@ def emit_sensor(fams: Families, chip: str, sensor: str, values: dict[str, str]) 
             name += "_input" if "" in values else ""  # with a bare "temp1" too, "temp1_input" keeps its suffix
         elif element:
             name += "_" + clean_name(element)
-        value = parse_go_float(text)
+        value = parse_float_or_none(text)
         if value is None:
             continue
         unit = _unit(kind, element, name)

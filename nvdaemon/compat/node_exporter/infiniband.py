@@ -21,8 +21,8 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
+from nvdaemon.compat.node_exporter.goparse import parse_float, parse_uint
 from nvdaemon.compat.node_exporter.netclass import read_sysfs_attr
-from nvdaemon.compat.node_exporter.netdev import go_parse_float, go_parse_int
 
 _U64 = (1 << 64) - 1
 # counters/<file> -> metric (without node_infiniband_); the data counters are per lane (x4).
@@ -128,7 +128,7 @@ def parse_state(text: str, what: str) -> int:
     if len(parts) != 2:
         raise ParseError(f"{what}: expected 'ID: NAME', got {text.strip()[:40]!r}")
     try:
-        return go_parse_int(parts[0].strip(), bits=32)
+        return parse_uint(parts[0].strip(), bits=32)
     except ValueError as exc:
         raise ParseError(f"{what}: {exc}") from None
 
@@ -139,7 +139,7 @@ def parse_rate(text: str, what: str) -> int:
     if not space:
         raise ParseError(f"{what}: no unit in {text.strip()[:40]!r}")
     try:
-        value = go_parse_float(number.strip())
+        value = parse_float(number.strip())
         value = struct.unpack("f", struct.pack("f", value))[0]  # ParseFloat(s, 32)
     except (ValueError, OverflowError) as exc:
         raise ParseError(f"{what}: {exc}") from None
@@ -165,7 +165,7 @@ def read_counters(ctx: NodeContext, directory: Path, names: dict[str, str], opti
         if value is None or metric is None:
             continue
         try:
-            number = go_parse_int(value, base=0)
+            number = parse_uint(value, base=0)
         except ValueError:
             if "N/A (no PMA)" in value:
                 continue  # a counter the port's agent does not provide
@@ -176,7 +176,7 @@ def read_counters(ctx: NodeContext, directory: Path, names: dict[str, str], opti
 
 def read_port(ctx: NodeContext, hca: str, port: str) -> Port:
     try:
-        number = go_parse_int(port, bits=32)
+        number = parse_uint(port, bits=32)
     except ValueError:
         raise ParseError(f"infiniband {hca}: bad port directory {port!r}") from None
     base = ctx.sys("class", "infiniband", hca, "ports", port)

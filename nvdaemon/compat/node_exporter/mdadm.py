@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass
 
 from nvdaemon.compat.node_exporter.context import NodeContext
-from nvdaemon.compat.node_exporter.diskstats import go_parse_float
 from nvdaemon.compat.node_exporter.family import Family, gauge
+from nvdaemon.compat.node_exporter.goparse import parse_float_or_none, parse_int, trim_space
 
 # The member-status line: "<blocks> blocks ... [<total>/<active>] [UU_]".
 _STATUS = re.compile(r"(\d+) blocks .*\[(\d+)/(\d+)\] \[([U_]+)\]", re.ASCII)
@@ -24,7 +24,6 @@ _SYNCED = re.compile(r"\((\d+)/\d+\)", re.ASCII)
 _PERCENT = re.compile(r"= (.+)%")
 _FINISH = re.compile(r"finish=(.+)min")
 _SPEED = re.compile(r"speed=(.+)[A-Z]")
-_INT64 = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 # node_exporter's state label -> the activity state that sets it to 1 (procfs's spelling).
 STATES = {
@@ -53,10 +52,10 @@ class MdArray:
 
 
 def _int64(text: str, line: str) -> int:
-    # Go's strconv.ParseInt(s, 10, 64): an optional sign, decimal digits, within int64.
-    if not _INT64.fullmatch(text) or len(text.lstrip("+-0")) > 19 or not -(1 << 63) <= int(text) < 1 << 63:
-        raise MdstatError(f"mdstat: bad number {text[:40]!r} in {line.strip()[:100]!r}")
-    return int(text)
+    try:
+        return parse_int(text)
+    except ValueError:
+        raise MdstatError(f"mdstat: bad number {text[:40]!r} in {line.strip()[:100]!r}") from None
 
 
 def _status(device_line: str, status_line: str) -> tuple[int, int, int]:
@@ -85,7 +84,7 @@ def _synced(line: str) -> int:
     synced = _int64(match.group(1), line)
     for pattern, strip in ((_PERCENT, True), (_FINISH, False), (_SPEED, False)):
         found = pattern.search(line)
-        if found is None or go_parse_float(found.group(1).strip() if strip else found.group(1)) is None:
+        if found is None or parse_float_or_none(trim_space(found.group(1)) if strip else found.group(1)) is None:
             raise MdstatError(f"mdstat: unexpected progress line {line.strip()[:100]!r}")
     return synced
 

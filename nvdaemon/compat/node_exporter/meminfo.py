@@ -4,41 +4,19 @@ Lines are ``Name:   value kB`` (kibibytes, exported in bytes with a ``_bytes`` s
 plain count such as ``HugePages_Total``, exported as is). A field in parentheses becomes a suffix:
 ``Active(anon)`` -> ``node_memory_Active_anon_bytes``. Fields ending in ``_total`` are counters, the rest gauges.
 Any malformed line fails the whole collector with nothing exported, as node_exporter does.
-
-``parse_go_float`` (Go's ``strconv.ParseFloat``) lives here and is shared by the other /proc parsers of the group.
 """
 
 from __future__ import annotations
 
-import math
 import re
 
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
+from nvdaemon.compat.node_exporter.goparse import parse_float
 
-# strconv.ParseFloat's decimal and hexadecimal syntax (no surrounding blanks, no underscores), plus its special
-# words: "inf"/"infinity" with an optional sign and an unsigned "nan", in any case.
-_GO_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-_GO_HEX = re.compile(r"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)[pP][+-]?[0-9]+", re.ASCII)
-_GO_SPECIAL = re.compile(r"[+-]?(?:inf|infinity)|nan", re.ASCII | re.IGNORECASE)
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*", re.ASCII)
 _PARENS = re.compile(r"\((.*)\)")  # greedy, as node_exporter's: "Active(anon)" -> "Active_anon"
-
-
-def parse_go_float(token: str) -> float:
-    """``strconv.ParseFloat(token, 64)``: ValueError on what Go rejects, including overflow to infinity."""
-    if _GO_SPECIAL.fullmatch(token):
-        return float(token)
-    if _GO_DECIMAL.fullmatch(token):
-        value = float(token)
-    elif _GO_HEX.fullmatch(token):
-        value = float.fromhex(token)
-    else:
-        raise ValueError(f"invalid syntax: {token!r}")
-    if math.isinf(value):  # Go answers ErrRange where Python rounds to infinity
-        raise ValueError(f"value out of range: {token!r}")
-    return value
 
 
 def metric_name(name: str) -> str:
@@ -58,8 +36,8 @@ def parse_meminfo(text: str) -> dict[str, float]:
         if len(parts) < 2:
             raise ParseError(f"meminfo: line without a value: {line[:80]!r}")
         try:
-            value = parse_go_float(parts[1])
-        except ValueError as exc:
+            value = parse_float(parts[1])
+        except ParseError as exc:
             raise ParseError(f"meminfo: invalid value in {line[:80]!r}: {exc}") from None
         key = _PARENS.sub(r"_\1", parts[0][:-1])  # drop the ':' (node_exporter drops the last byte, whatever it is)
         if len(parts) == 3:  # a unit: always kB

@@ -22,7 +22,7 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
-from nvdaemon.compat.node_exporter.netdev import go_parse_int
+from nvdaemon.compat.node_exporter.goparse import parse_int
 
 IGNORED_DEVICES = re.compile("^$")  # --collector.netclass.ignored-devices default
 SYSFS_READ_MAX = 128  # procfs reads a sysfs attribute with a single read() into a 128-byte buffer
@@ -67,7 +67,7 @@ def read_sysfs_attr(ctx: NodeContext, path: Path) -> str | None:
 def sysfs_int(value: str) -> int:
     """procfs's ``ValueParser.PInt64``: base-0 int64, and 0 (not an error) when the text does not parse."""
     try:
-        return go_parse_int(value, base=0, signed=True)
+        return parse_int(value, base=0)
     except ValueError:
         return 0
 

@@ -19,7 +19,7 @@ import re
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, untyped
-from nvdaemon.compat.node_exporter.netdev import go_lines, go_parse_float
+from nvdaemon.compat.node_exporter.goparse import parse_float, scan_lines
 
 FIELDS = re.compile(
     r"^(.*_(InErrors|InErrs)|Ip_Forwarding|Ip(6|Ext)_(InOctets|OutOctets)|Icmp6?_(InMsgs|OutMsgs)"
@@ -34,7 +34,7 @@ Stats = dict[str, dict[str, str]]  # protocol -> field -> value text
 def parse_pairs(text: str, source: str) -> Stats:
     """``netstat``/``snmp``: a header line and a value line per protocol, single-space separated."""
     stats: Stats = {}
-    lines = go_lines(text)
+    lines = scan_lines(text)
     for i in range(0, len(lines), 2):
         names = lines[i].split(" ")
         values = (lines[i + 1] if i + 1 < len(lines) else "").split(" ")
@@ -50,7 +50,7 @@ def parse_pairs(text: str, source: str) -> Stats:
 def parse_snmp6(text: str) -> Stats:
     """``snmp6``: ``Ip6InReceives <value>`` lines; a name without a ``6`` or a short line is skipped."""
     stats: Stats = {}
-    for line in go_lines(text):
+    for line in scan_lines(text):
         fields = line.split()
         if len(fields) < 2:
             continue
@@ -69,7 +69,7 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
     for protocol, fields in stats.items():
         for name, text in fields.items():
             try:
-                value = go_parse_float(text)
+                value = parse_float(text)
             except ValueError:
                 raise ParseError(f"netstat: invalid value {text!r} for {protocol}{name}") from None
             key = f"{protocol}_{name}"

@@ -24,7 +24,8 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.hwmon import Families, go_trim_space, parse_go_int, sys_read_file
+from nvdaemon.compat.node_exporter.goparse import parse_int, trim_space
+from nvdaemon.compat.node_exporter.hwmon import Families, sys_read_file
 
 # file -> (metric suffix, divisor). Files parsed by procfs but not exported have no suffix.
 INTEGERS: dict[str, tuple[str | None, float]] = {
@@ -59,7 +60,7 @@ def parse_supply(ctx: NodeContext, directory: Path) -> tuple[dict[str, int], dic
         files = sorted((e.name for e in it if e.is_file(follow_symlinks=False)), key=os.fsencode)
     for name in files:
         try:
-            value = go_trim_space(sys_read_file(ctx, directory / name))
+            value = trim_space(sys_read_file(ctx, directory / name))
         except NotPresent:
             continue
         except OSError as exc:
@@ -68,7 +69,7 @@ def parse_supply(ctx: NodeContext, directory: Path) -> tuple[dict[str, int], dic
                 continue
             raise
         if name in INTEGERS:
-            integers[name] = parse_go_int(value, base0=True)
+            integers[name] = parse_int(value, base=0)
         elif name in TEXTS:
             texts[name] = value
     return integers, texts

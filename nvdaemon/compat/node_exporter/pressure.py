@@ -14,12 +14,13 @@ fails the collector.
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
 
 from nvdaemon.collectors.base import ParseError
+from nvdaemon.collectors.pressure import PsiLine  # the same four values the hardware surface parses
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, counter
-from nvdaemon.compat.node_exporter.procstat import MAX_LINE, sscanf
+from nvdaemon.compat.node_exporter.goparse import MAX_LINE
+from nvdaemon.compat.node_exporter.procstat import sscanf
 
 RESOURCES = ("cpu", "io", "memory")
 _LINE_FORMAT = "avg10=%f avg60=%f avg300=%f total=%d"
@@ -58,14 +59,6 @@ FAMILIES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ),
     ),
 }
-
-
-@dataclass(frozen=True)
-class PsiLine:
-    avg10: float
-    avg60: float
-    avg300: float
-    total_us: int
 
 
 def parse_psi(text: str, resource: str = "?") -> dict[str, PsiLine]:

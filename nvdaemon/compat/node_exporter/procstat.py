@@ -13,78 +13,28 @@ after the last value is ignored. ``sscanf`` below reproduces that subset so that
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, counter, gauge
+from nvdaemon.compat.node_exporter.goparse import GO_SPACE, fields, parse_float, parse_int, parse_uint, scan_lines
 
 USER_HZ = 100.0  # procfs divides /proc/stat ticks by a fixed 100, whatever CONFIG_HZ is
-MAX_LINE = 64 * 1024  # bufio.Scanner's token limit: a longer line stops the scan ("token too long")
 MAX_CPUS = 1 << 16  # a cpuN index above this is garbage; Go would try to allocate the slice
 CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
-
-# Go's whitespace (unicode.IsSpace / fmt's isSpace): Python's str.isspace also counts \x1c-\x1f, Go does not.
-GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" + (
-    "\u2028\u2029\u202f\u205f\u3000"
-)
-_FIELD_SPLIT = re.compile(f"[{GO_SPACE}]+")
-_UINT = re.compile(r"[0-9]+", re.ASCII)
-_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_DECIMAL_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
-_INF_NAN = re.compile(r"[+-]?(inf|nan)", re.ASCII | re.IGNORECASE)
-
-
-def go_lines(text: str, *, path: str) -> list[str]:
-    """Lines as bufio.Scanner yields them (one trailing \\r dropped); an over-long line is an error."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    out: list[str] = []
-    for line in lines:
-        if len(line.encode()) >= MAX_LINE:
-            raise ParseError(f"{path}: line longer than {MAX_LINE} bytes")
-        out.append(line[:-1] if line.endswith("\r") else line)
-    return out
-
-
-def go_fields(line: str) -> list[str]:
-    """``strings.Fields``."""
-    return [f for f in _FIELD_SPLIT.split(line) if f]
-
-
-def go_uint(text: str) -> int:
-    """``strconv.ParseUint(s, 10, 64)``: digits only, no sign, below 2**64."""
-    if not _UINT.fullmatch(text) or int(text) >= 1 << 64:
-        raise ValueError(f"not an unsigned 64-bit integer: {text[:40]!r}")
-    return int(text)
-
-
-def go_int(text: str) -> int:
-    """``strconv.ParseInt(s, 10, 64)`` / ``Atoi``: optional sign, digits, within int64."""
-    if not _INT.fullmatch(text) or not -(1 << 63) <= int(text) < 1 << 63:
-        raise ValueError(f"not a 64-bit integer: {text[:40]!r}")
-    return int(text)
 
 
 def _go_float(token: str) -> float:
     """fmt's conversion of a scanned float token (strconv.ParseFloat, plus fmt's ``1.5p3`` binary exponent)."""
-    if _INF_NAN.fullmatch(token):
-        return float(token)
     if "p" in token and not token.lstrip("+-").lower().startswith("0x"):
         mantissa, _, exponent = token.partition("p")
-        base = _go_float(mantissa)
+        base = parse_float(mantissa)
         try:
-            return math.ldexp(base, go_int(exponent))
+            return math.ldexp(base, parse_int(exponent))
         except OverflowError:  # Go's math.Ldexp gives an infinity, not an error
             return math.copysign(math.inf, base)
-    if not _DECIMAL_FLOAT.fullmatch(token):  # hex mantissas and "_" separators: not seen in procfs, refused
-        raise ValueError(f"bad float {token[:40]!r}")
-    value = float(token)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"float out of range: {token[:40]!r}")  # ParseFloat's ErrRange
-    return value
+    return parse_float(token)
 
 
 class _Input:
@@ -163,7 +113,7 @@ def sscanf(text: str, fmt: str, *, partial: bool = False) -> list[str | float | 
                     pass
                 if inp.pos == start:
                     raise ValueError("expected integer")
-                values.append(go_uint(text[start : inp.pos]))
+                values.append(parse_uint(text[start : inp.pos]))
             continue
         if inp.pos >= len(text):
             raise ValueError("unexpected EOF")
@@ -201,7 +151,7 @@ def _cpu_line(stat: Stat, line: str) -> None:
     values = sscanf(line, _CPU_FORMAT, partial=True)  # fewer values is fine: older kernels print fewer
     name = str(values[0])
     times = tuple(float(v) / USER_HZ for v in values[1:]) + (0.0,) * (len(CPU_FIELDS) + 1 - len(values))
-    index = -1 if name == "cpu" else go_int(name[3:])
+    index = -1 if name == "cpu" else parse_int(name[3:])
     if index == -1:  # the aggregate line ("cpu-1" lands here too, as in procfs); node_exporter does not use it
         return
     if not 0 <= index < MAX_CPUS:
@@ -214,18 +164,18 @@ def _cpu_line(stat: Stat, line: str) -> None:
 def parse_stat(text: str, path: str = "/proc/stat") -> Stat:
     """Parse /proc/stat as procfs 0.8 does: any malformed value of a known key fails the whole file."""
     stat = Stat()
-    for line in go_lines(text, path=path):
-        parts = go_fields(line)
+    for line in scan_lines(text, path=path):
+        parts = fields(line)
         if len(parts) < 2:  # procfs wants at least "<key> <value>"
             continue
         key = parts[0]
         try:
             if key in _UINT_KEYS:
-                setattr(stat, _UINT_KEYS[key], go_uint(parts[1]))
+                setattr(stat, _UINT_KEYS[key], parse_uint(parts[1]))
             elif key == "intr":
-                stat.intr = go_uint(parts[1])
+                stat.intr = parse_uint(parts[1])
                 for count in parts[2:]:  # the per-IRQ counts are not served, but must parse
-                    go_uint(count)
+                    parse_uint(count)
             elif key == "softirq":
                 sscanf(line, _SOFTIRQ_FORMAT)  # ten vectors are required
             elif key.startswith("cpu"):

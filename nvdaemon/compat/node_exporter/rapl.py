@@ -24,7 +24,8 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.hwmon import Families, go_trim_space, parse_go_int, read_int_file
+from nvdaemon.compat.node_exporter.goparse import parse_int, trim_space
+from nvdaemon.compat.node_exporter.hwmon import Families, read_int_file
 
 _SANITIZE = re.compile(r"_*[^0-9A-Za-z_]+_*")
 
@@ -46,7 +47,7 @@ def index_and_name(seen: dict[str, int], name: str) -> tuple[int, str]:
     parts = name.split("-")
     if len(parts) == 2:
         try:
-            return parse_go_int(parts[1]), parts[0]  # strconv.Atoi: a sign is allowed
+            return parse_int(parts[1]), parts[0]  # strconv.Atoi: a sign is allowed
         except ValueError:
             pass
     return seen.get(name, 0), name
@@ -65,7 +66,7 @@ def list_zones(ctx: NodeContext) -> list[RaplZone]:
             raw = ctx.read(base / entry / "name")
         except (OSError, NotPresent):
             continue  # not a zone (the intel-rapl control type, or an unreadable one)
-        index, name = index_and_name(seen, go_trim_space(raw))
+        index, name = index_and_name(seen, trim_space(raw))
         read_int_file(ctx, base / entry / "max_energy_range_uj")  # not exported, but a failure fails the collector
         zones.append(RaplZone(name, index, base / entry))
         seen[name] = index + 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.netdev import go_lines, go_parse_int
+from nvdaemon.compat.node_exporter.goparse import parse_int, scan_lines
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _KEYS = ("inuse", "orphan", "tw", "alloc", "mem", "memory")  # export order; only these keys are exported
@@ -34,7 +34,7 @@ def _wrap_int64(value: int) -> int:
 
 def parse_sockstat(text: str, source: str = "sockstat") -> Sockstat:
     stat = Sockstat()
-    for line in go_lines(text):
+    for line in scan_lines(text):
         fields = line.split(" ")  # single spaces, as procfs splits; a doubled space is an empty (bad) value
         if len(fields) < 3:
             raise ParseError(f"{source}: malformed line {line[:60]!r}")
@@ -44,7 +44,7 @@ def parse_sockstat(text: str, source: str = "sockstat") -> Sockstat:
         values: dict[str, int] = {}
         for key, raw in zip(pairs[::2], pairs[1::2], strict=True):
             try:
-                values[key] = go_parse_int(raw, base=0, signed=True)
+                values[key] = parse_int(raw, base=0)
             except ValueError as exc:
                 raise ParseError(f"{source}: {line[:60]!r}: {exc}") from None
         proto = fields[0].removesuffix(":")

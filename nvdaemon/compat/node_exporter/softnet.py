@@ -11,7 +11,7 @@ from __future__ import annotations
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.netdev import go_lines, go_parse_int
+from nvdaemon.compat.node_exporter.goparse import parse_uint, scan_lines
 
 MIN_COLUMNS = 9
 
@@ -19,12 +19,12 @@ MIN_COLUMNS = 9
 def parse_softnet(text: str) -> list[tuple[int, int, int]]:
     """(processed, dropped, time_squeeze) per line."""
     rows: list[tuple[int, int, int]] = []
-    for n, line in enumerate(go_lines(text)):
+    for n, line in enumerate(scan_lines(text)):
         columns = line.split()
         if len(columns) < MIN_COLUMNS:
             raise ParseError(f"/proc/net/softnet_stat: line {n + 1}: {len(columns)} columns, at least 9 expected")
         try:
-            processed, dropped, squeezed = (go_parse_int(c, base=16, bits=32) for c in columns[:3])
+            processed, dropped, squeezed = (parse_uint(c, base=16, bits=32) for c in columns[:3])
         except ValueError as exc:
             raise ParseError(f"/proc/net/softnet_stat: line {n + 1}: {exc}") from None
         rows.append((processed, dropped, squeezed))

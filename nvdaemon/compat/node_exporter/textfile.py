@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType, gauge, go_float
-from nvdaemon.compat.node_exporter.meminfo import parse_go_float
+from nvdaemon.compat.node_exporter.goparse import parse_float
 
 MTIME_HELP = "Unixtime mtime of textfiles successfully read."
 ERROR_HELP = "1 if there was an error opening or reading a file, 0 otherwise"
@@ -57,7 +57,7 @@ class TextFamily:
 def _float(token: str) -> float:
     if any(c in token for c in "pP_"):  # expfmt refuses these before asking strconv.ParseFloat
         raise ValueError("unsupported character in float")
-    return parse_go_float(token)
+    return parse_float(token)
 
 
 class _Parser:

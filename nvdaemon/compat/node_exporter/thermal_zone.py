@@ -21,7 +21,8 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.hwmon import go_glob, go_trim_space, parse_go_int, read_int_file, sys_read_file
+from nvdaemon.compat.node_exporter.goparse import glob, parse_int, trim_space
+from nvdaemon.compat.node_exporter.hwmon import read_int_file, sys_read_file
 
 _ZONE = re.compile(r"thermal_zone[0-9].*", re.DOTALL)
 _COOLING = re.compile(r"cooling_device[0-9].*", re.DOTALL)
@@ -43,7 +44,7 @@ class CoolingDevice:
 
 
 def _attr(ctx: NodeContext, path: Path) -> str:
-    return go_trim_space(sys_read_file(ctx, path))
+    return trim_space(sys_read_file(ctx, path))
 
 
 def read_zone(ctx: NodeContext, path: Path) -> Zone:
@@ -60,14 +61,14 @@ def read_zone(ctx: NodeContext, path: Path) -> Zone:
 
 def read_cooling_device(ctx: NodeContext, path: Path) -> CoolingDevice:
     cd_type = _attr(ctx, path / "type")
-    max_state = parse_go_int(_attr(ctx, path / "max_state"))
-    cur_state = parse_go_int(_attr(ctx, path / "cur_state"))
+    max_state = parse_int(_attr(ctx, path / "max_state"))
+    cur_state = parse_int(_attr(ctx, path / "cur_state"))
     return CoolingDevice(path.name.removeprefix("cooling_device"), cd_type, cur_state, max_state)
 
 
 def read_zones(ctx: NodeContext) -> list[Zone]:
     zones: list[Zone] = []
-    for path in go_glob(ctx.sys("class", "thermal"), _ZONE):
+    for path in glob(ctx.sys("class", "thermal"), _ZONE):
         try:
             zones.append(read_zone(ctx, path))
         except OSError as exc:
@@ -84,7 +85,7 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
         temp.add(z.temp / 1000.0, zone=z.name, type=z.type)
     out.append(temp)
     # Every cooling device is read before any is exported: one bad device hides them all.
-    devices = [read_cooling_device(ctx, p) for p in go_glob(ctx.sys("class", "thermal"), _COOLING)]
+    devices = [read_cooling_device(ctx, p) for p in glob(ctx.sys("class", "thermal"), _COOLING)]
     cur = gauge("node_cooling_device_cur_state", "Current throttle state of the cooling device")
     top = gauge("node_cooling_device_max_state", "Maximum throttle state of the cooling device")
     for d in devices:

@@ -13,7 +13,8 @@ import re
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.meminfo import metric_name, parse_go_float
+from nvdaemon.compat.node_exporter.goparse import parse_float
+from nvdaemon.compat.node_exporter.meminfo import metric_name
 
 FIELDS = re.compile(r"^(oom_kill|pgpg|pswp|pg.*fault).*", re.ASCII)
 
@@ -25,7 +26,7 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
         if len(parts) < 2:  # node_exporter would panic on such a line; a failed collector is kinder
             raise ParseError(f"vmstat: malformed line {line[:80]!r}")
         try:
-            value = parse_go_float(parts[1])
+            value = parse_float(parts[1])
         except ValueError as exc:
             raise ParseError(f"vmstat: invalid value in {line[:80]!r}: {exc}") from None
         if not FIELDS.search(parts[0]):
