@@ -76,11 +76,24 @@ def parse(text: str) -> dict[str, ParsedFamily]:
             raise ValueError(f"line {lineno}: not a sample: {line!r}")
         name = m.group(1)
         labels = parse_labels(m.group(3) or "")
+        base = _composite_base(families, name)
+        if base is not None:  # a summary's or histogram's _sum/_count/_bucket series, kept under its family
+            labels = tuple(sorted((*labels, ("__name__", name))))
+            name = base
         fam = families.setdefault(name, ParsedFamily(name))
         if labels in fam.samples:
             raise ValueError(f"line {lineno}: duplicate series {name}{dict(labels)}")
         fam.samples[labels] = parse_value(m.group(4))
     return families
+
+
+def _composite_base(families: dict[str, ParsedFamily], name: str) -> str | None:
+    for suffix in ("_sum", "_count", "_bucket"):
+        base = name.removesuffix(suffix)
+        kind = families[base].type if base != name and base in families else ""
+        if kind == "histogram" or (kind == "summary" and suffix != "_bucket"):
+            return base
+    return None
 
 
 def same_value(a: float, b: float) -> bool:

@@ -320,17 +320,24 @@ def test_textfile_same_family_in_two_files(tmp_path: Path) -> None:
     assert fams["x"].samples == [((("f", "a"),), 1.0)]  # the registry refuses the copy with another HELP
 
 
-def test_textfile_summary_and_histogram_as_untyped(tmp_path: Path) -> None:
+def test_textfile_summary_and_histogram_keep_their_type(tmp_path: Path) -> None:
     text = (
         '# TYPE s summary\ns{quantile="0.5"} 1\ns_sum 10\ns_count 4\n'
         '# TYPE h histogram\nh_bucket{le="0.1"} 1\nh_bucket{le="1"} 3\nh_sum 2.5\nh_count 4\n'
     )
-    fams = _textfile(_host(tmp_path, {_TF + "x.prom": text}))
-    assert fams["s"].samples == [((("quantile", "0.5"),), 1.0)]
-    assert (_value(fams["s_sum"]), _value(fams["s_count"])) == (10.0, 4.0)
-    assert _value(fams["h_bucket"], le="+Inf") == 4.0
-    assert _value(fams["h_bucket"], le="0.1") == 1.0
-    assert all(fams[n].type == "untyped" for n in ("s", "s_sum", "h_bucket", "h_count"))
+    root = _host(tmp_path, {_TF + "x.prom": text})
+    rendered = collect_once(HostRoots.under(root), options_for(root), TABLE, ["textfile"]).decode()
+    fams = parse(rendered)
+    assert (fams["s"].type, fams["h"].type) == ("summary", "histogram")
+    assert fams["s"].samples == {
+        (("quantile", "0.5"),): 1.0,
+        (("__name__", "s_sum"),): 10.0,
+        (("__name__", "s_count"),): 4.0,
+    }
+    assert fams["h"].samples[(("__name__", "h_bucket"), ("le", "+Inf"))] == 4.0  # added, as Go's encoder does
+    assert fams["h"].samples[(("__name__", "h_bucket"), ("le", "0.1"))] == 1.0
+    assert "s_sum" not in fams and "h_bucket" not in fams
+    assert 'h_bucket{le="+Inf"} 4\n' in rendered
 
 
 def test_textfile_collision_with_our_family(tmp_path: Path) -> None:
@@ -346,6 +353,19 @@ def test_textfile_collision_with_our_family(tmp_path: Path) -> None:
 # --- against node_exporter itself, on tricky inputs ---
 
 ORACLE_CASES: dict[str, tuple[str, Mapping[str, str | bytes | None]]] = {
+    "textfile-summary-histogram": (
+        "textfile",
+        {
+            _TF + "lat.prom": (
+                "# HELP job_seconds Job run time.\n# TYPE job_seconds summary\n"
+                'job_seconds{job="backup",quantile="0.5"} 12.5\njob_seconds{job="backup",quantile="0.99"} 40\n'
+                'job_seconds_sum{job="backup"} 1234.5\njob_seconds_count{job="backup"} 97\n'
+                "# TYPE req_bytes histogram\n"
+                'req_bytes_bucket{le="100"} 3\nreq_bytes_bucket{le="1000"} 9\nreq_bytes_sum 4200\nreq_bytes_count 11\n'
+                "# TYPE done_total counter\ndone_total 5\n"
+            ),
+        },
+    ),
     "textfile-tricky": (
         "textfile",
         {

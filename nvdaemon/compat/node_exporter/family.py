@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Literal
 
-FamilyType = Literal["gauge", "counter", "untyped"]
+FamilyType = Literal["gauge", "counter", "untyped", "summary", "histogram"]
+# A summary's or histogram's _sum/_count/_bucket series carry their suffix in this pseudo label (a label name
+# starting with "__" is reserved in Prometheus, so no real label can collide with it); rendering moves it back.
+SUFFIX = "__suffix__"
 
 
 @dataclass
@@ -31,6 +34,10 @@ class Family:
         merged = {**(labels or {}), **kw}
         self.samples.append((tuple(sorted(merged.items())), float(value)))
         return self
+
+    def add_suffixed(self, suffix: str, value: float, labels: Mapping[str, str]) -> Family:
+        """A summary's or histogram's ``<name>_sum``, ``_count`` or ``_bucket`` series."""
+        return self.add(value, labels, **{SUFFIX: suffix})
 
 
 def gauge(name: str, help: str, value: float | None = None, **labels: str) -> Family:
@@ -112,9 +119,12 @@ def render(families: Mapping[str, Family]) -> bytes:
             if labels in seen:  # the Go registry refuses a duplicate series; so do we
                 continue
             seen.add(labels)
-            if labels:
-                body = ",".join(f'{k}="{_escape_value(v)}"' for k, v in labels)
-                lines.append(f"{name}{{{body}}} {go_float(value)}")
+            suffix = next((v for k, v in labels if k == SUFFIX), "")
+            sample_name = name + suffix
+            shown = [(k, v) for k, v in labels if k != SUFFIX] if suffix else labels
+            if shown:
+                body = ",".join(f'{k}="{_escape_value(v)}"' for k, v in shown)
+                lines.append(f"{sample_name}{{{body}}} {go_float(value)}")
             else:
-                lines.append(f"{name} {go_float(value)}")
+                lines.append(f"{sample_name} {go_float(value)}")
     return ("\n".join(lines) + "\n").encode() if lines else b""

@@ -9,8 +9,8 @@ that other series of their family have get it with an empty value. A family repe
 when HELP and TYPE agree; otherwise the later file's copy is dropped (node_exporter's registry refuses it).
 Collisions with families the agent exports are resolved by ``surface._merge_textfile``.
 
-Summaries and histograms cannot be rendered in their own TYPE by ``family.Family``: they are exported as untyped
-families (``x{quantile}``, ``x_sum``, ``x_count``; ``x_bucket{le}`` incl. ``+Inf``) carrying the same series.
+Summaries and histograms keep their type: ``x{quantile}``, ``x_sum``, ``x_count``, and ``x_bucket{le}`` with the
+``+Inf`` bucket Go's encoder adds when a file leaves it out.
 """
 
 from __future__ import annotations
@@ -331,30 +331,29 @@ def _uint64(value: float) -> float:
 
 
 def convert(fam: TextFamily, help: str) -> list[Family]:
-    """Our families for one parsed family (several for a summary or histogram, see the module docstring)."""
+    """Our family for one parsed family (a summary or histogram with its _sum/_count/_bucket series)."""
     if fam.type in ("counter", "gauge", "untyped"):
         kind: FamilyType = fam.type  # type: ignore[assignment]
         out = Family(fam.name, help, kind)
         for m, labels in _with_all_labels(fam.metrics):
             out.add(m.value, labels)
         return [out]
-    main = Family(fam.name if fam.type == "summary" else fam.name + "_bucket", help, "untyped")
-    sums = Family(fam.name + "_sum", help, "untyped")
-    counts = Family(fam.name + "_count", help, "untyped")
+    kind = "summary" if fam.type == "summary" else "histogram"
+    out = Family(fam.name, help, kind)
     for m, labels in _with_all_labels(fam.metrics):
         count = _uint64(m.count)
-        if fam.type == "summary":
+        if kind == "summary":
             for q in sorted(m.quantiles):
-                main.add(m.quantiles[q], labels, quantile=go_float(q))
+                out.add(m.quantiles[q], labels, quantile=go_float(q))
         else:
             bounds = sorted(m.buckets)
             for b in bounds:
-                main.add(_uint64(m.buckets[b]), labels, le=go_float(b))
-            if not bounds or not math.isinf(bounds[-1]):
-                main.add(count, labels, le="+Inf")
-        sums.add(m.sum, labels)
-        counts.add(count, labels)
-    return [main, sums, counts]
+                out.add_suffixed("_bucket", _uint64(m.buckets[b]), {**labels, "le": go_float(b)})
+            if not bounds or not math.isinf(bounds[-1]):  # Go's text encoder adds the +Inf bucket
+                out.add_suffixed("_bucket", count, {**labels, "le": "+Inf"})
+        out.add_suffixed("_sum", m.sum, labels)
+        out.add_suffixed("_count", count, labels)
+    return [out]
 
 
 def collect(ctx: NodeContext, out: list[Family]) -> None:
