@@ -128,6 +128,11 @@ async def test_readyz_until_ready_and_while_stopping(tmp_path: Path) -> None:
     client = build_app(agent).test_client()
     assert (await client.get("/readyz")).status_code == 503
     agent.ready = True
+    # Started, but the core tier has not published a snapshot (its task failed at start and is restarting).
+    resp = await client.get("/readyz")
+    assert resp.status_code == 503
+    assert json.loads(await resp.get_data()) == {"status": "starting", "waitingForTiers": ["core"]}
+    agent.on_snapshot(TierSnapshot("core", [], {}, collected_at=time.time(), duration=0))
     assert (await client.get("/readyz")).status_code == 200
     agent.stopping.set()
     assert (await client.get("/readyz")).status_code == 503

@@ -59,32 +59,53 @@ def _describe(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _chip_name(chip: Path, read: Reader, problems: list[tuple[str, Exception]]) -> str:
+    """The chip's ``name`` (in the hwmon directory, or in ``device/`` for drivers of the older layout)."""
+    for where in (chip, chip / "device"):
+        try:
+            return read(where / "name").strip() or chip.name
+        except NotPresent:
+            continue
+        except OSError as exc:
+            problems.append((str(where / "name"), exc))
+            break
+    return chip.name
+
+
 def read_chip(chip: Path, read: Reader, problems: list[tuple[str, Exception]]) -> list[Reading]:
-    """All readable sensors of one chip directory; each failure is appended to ``problems`` as (path, error)."""
-    try:
-        name = read(chip / "name").strip() or chip.name
-    except (OSError, NotPresent) as exc:
-        problems.append((str(chip / "name"), exc))
-        name = chip.name
+    """All readable sensors of one chip directory; each failure is appended to ``problems`` as (path, error).
+
+    Older drivers (ACPI power_meter, some SuperIO chips) keep ``name`` and the sensor files in the parent
+    device's directory (``hwmonN/device/``); a sensor found in both places is read from the hwmon directory.
+    """
+    name = _chip_name(chip, read, problems)
     sensors: dict[tuple[str, str], set[str]] = {}
-    for entry in sorted(p.name for p in chip.iterdir()):
-        m = _ATTR.fullmatch(entry)
-        if m:
-            sensors.setdefault((m.group(1), m.group(2)), set()).add(m.group(3))
+    home: dict[tuple[str, str], Path] = {}
+    for where in (chip, chip / "device"):
+        if where is not chip and not where.is_dir():
+            continue
+        found: dict[tuple[str, str], set[str]] = {}
+        for entry in sorted(p.name for p in where.iterdir()):
+            m = _ATTR.fullmatch(entry)
+            if m:
+                found.setdefault((m.group(1), m.group(2)), set()).add(m.group(3))
+        for key, attrs in found.items():
+            if key not in sensors:
+                sensors[key], home[key] = attrs, where
     readings: list[Reading] = []
     for (kind, num), attrs in sorted(sensors.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))):
         sensor = f"{kind}{num}"
         label = sensor
         if "label" in attrs:
             try:
-                label = read(chip / f"{sensor}_label").strip() or sensor
+                label = read(home[kind, num] / f"{sensor}_label").strip() or sensor
             except (OSError, NotPresent) as exc:
-                problems.append((str(chip / f"{sensor}_label"), exc))
+                problems.append((str(home[kind, num] / f"{sensor}_label"), exc))
         wanted = [a for a in ("input", "crit", "average") if a in attrs and (kind, a) in _METRICS]
         if kind == "power" and "input" in wanted and "average" in wanted:
             wanted.remove("average")
         for attr in wanted:
-            path = chip / f"{sensor}_{attr}"
+            path = home[kind, num] / f"{sensor}_{attr}"
             try:
                 raw = parse_sensor_value(read(path))
             except (OSError, NotPresent, ParseError) as exc:

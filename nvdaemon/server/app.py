@@ -80,10 +80,14 @@ def build_app(agent: Agent) -> QuartTrio:
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        if agent.ready and not agent.stopping.is_set():
+        # Ready once every active tier has published a snapshot: a tier task that failed at start (and is being
+        # restarted by the supervisor) must not let the pod count as serving its metrics.
+        waiting = [t for t in agent.active_tiers() if t not in agent.snapshots]
+        if agent.ready and not waiting and not agent.stopping.is_set():
             return json_response({"status": "ready"}, 200)
-        why = "stopping" if agent.stopping.is_set() else "starting"
-        return json_response({"status": why}, 503)
+        if agent.stopping.is_set():
+            return json_response({"status": "stopping"}, 503)
+        return json_response({"status": "starting", "waitingForTiers": waiting}, 503)
 
     @app.get("/v1/state")
     async def v1_state() -> Response:

@@ -148,3 +148,14 @@ def test_parse_any_text(text: str) -> None:
 def test_parse_damaged_values(text: str) -> None:
     with contextlib.suppress(ParseError):
         parse_sensor_value(text)
+
+
+def test_older_drivers_keep_name_and_sensors_in_the_device_directory() -> None:
+    # gpunode's ACPI power meter (hwmon5) has only device/, power and uevent in its hwmon directory.
+    gpunode = HostRoots.under(HOSTS / "gpunode")
+    chip = gpunode.sys / "class" / "hwmon" / "hwmon5"
+    assert not (chip / "name").exists() and (chip / "device" / "name").exists()
+    gathered, samples = collect(HwmonCollector(), gpunode)
+    assert gathered.errors == []
+    power = [s for s in samples if dict(s.labels)["chip"] == "hwmon5"]
+    assert [(s.device, s.metric, s.value) for s in power] == [("power_meter", "power_watts", 1184.0)]
