@@ -1,163 +1,160 @@
-"""``make bench``: first figures for the spine. Not a test: it prints numbers, asserts nothing.
+"""``make bench``: every benchmark, one table (figure | ours | reference | ratio | target | met), also written to
+bench/results.json with the raw figures. Not a test: nothing here runs in ``make test``.
 
-- CPU time per core-tier collection cycle (this host's /proc and /sys, all nine collectors, read+parse+interpret);
-- ``/metrics`` latency p50/p99 over 500 scrapes of a running agent (subprocess, embedded default, this host);
-- the agent's RSS after start and after the scrapes (from /proc/<pid>/status);
-- ``/v1/events`` fan-out latency p50/p99 to 100 websocket clients at 100 and 1,000 events/s, drops counted
-  (``bench/stream.py``);
-- webhook: signed events per second to a loopback receiver, emission-to-receipt p50/p99 with no backlog, and the
-  agent's RSS with 100,000 events spooled (``bench/webhook.py``);
-- history: ingest cost per tick with 500 allowlisted series, a 90-day query for one series, bytes per point on disk
-  after five simulated years of 8 GPUs (``bench/history.py``).
+Each reference is measured in the same run, on the same machine:
 
-Results are printed as a table and written to bench/results.json.
+- ``bench/floor.py``: CPU per core-tier cycle against reading the same files with no parsing (target <= 3x);
+- ``bench/scrape.py``: /metrics p50/p99 and CPU per scrape, 500 interleaved scrapes of ours (core tier + the
+  node_exporter surface) and of Debian's node_exporter on ``fixtures/hosts/gpunode`` (target ratio <= 0.25);
+- ``bench/steady.py``: CPU seconds per hour (1 s interval scaled to 15 s) and peak RSS with every tier and sink on,
+  against node_exporter scraped at the same rate (targets: ratio <= 1, RSS <= 64 MiB);
+- ``bench/latency.py``: a fixture change -> ENTER at a webhook receiver, a websocket client and the NVSentinel
+  connector, from the start of the tick that saw it (target p99 <= 50 ms);
+- ``bench/stream.py``, ``bench/webhook.py``, ``bench/history.py``: the delivery and storage figures.
+
+Without node_exporter installed the reference columns say "not installed". A benchmark that cannot run (the agent
+failing at start, say) prints why, shows FAILED in its rows, and makes the command exit 1; the others still run.
+``BENCH_STEADY_SECONDS`` shortens the steady run (180 s); ``BENCH_HOST_ROOT`` moves the cycle/floor figures to a
+host root; ``BENCH_NODE_EXPORTER_COLLECTORS`` restricts the node_exporter collectors on both sides.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from bench.common import free_port, rss_kib
-from nvdaemon.collectors import collectors_for_tier
-from nvdaemon.collectors.base import HostRoots
-from nvdaemon.tiers import CollectorRunner, collect_tier
+from bench.common import ROOT, BenchError
+from bench.table import Row, Target, failed, missed, render
 
 OUT = Path(__file__).parent / "results.json"
-CYCLES = 200
-SCRAPES = 500
+Section = Callable[[], tuple[list[Row], dict[str, Any]]]
 
 
-def cycle_cpu(host_root: Path | None) -> dict[str, float]:
-    """Mean process CPU seconds per core-tier cycle, measured around CYCLES cycles after a warm-up."""
-    roots = HostRoots.under(host_root) if host_root else HostRoots()
-
-    async def main() -> dict[str, float]:
-        limiter = trio.CapacityLimiter(4)
-        runners = [CollectorRunner(c, limiter) for c in collectors_for_tier("core")]
-        for _ in range(5):
-            await collect_tier("core", runners, roots, 5.0)
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        samples = 0
-        for _ in range(CYCLES):
-            snap = await collect_tier("core", runners, roots, 5.0)
-            samples = len(snap.samples)
-        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-        return {"cpu_ms_per_cycle": cpu / CYCLES * 1000, "wall_ms_per_cycle": wall / CYCLES * 1000, "samples": samples}
-
-    return trio.run(main)
-
-
-def render_cost(host_root: Path | None) -> dict[str, float]:
-    """Uncached /metrics render of one core-tier snapshot (what a scrape costs right after each tick)."""
+def render_cost() -> tuple[list[Row], dict[str, Any]]:
+    """Uncached /metrics render of one core-tier snapshot of this host (what the first scrape after a tick pays)."""
     from nvdaemon.app import Agent
+    from nvdaemon.collectors import collectors_for_tier
+    from nvdaemon.collectors.base import HostRoots
     from nvdaemon.config import parse_config
     from nvdaemon.server.metrics import MetricsCache
+    from nvdaemon.tiers import CollectorRunner, collect_tier
 
-    roots = HostRoots.under(host_root) if host_root else HostRoots()
     with tempfile.TemporaryDirectory() as tmp:
         agent = Agent(parse_config(f"stateDir: {tmp}\n", "bench", env={}))
 
         async def snapshot() -> None:
             runners = [CollectorRunner(c, trio.CapacityLimiter(4)) for c in collectors_for_tier("core")]
             for _ in range(2):  # two ticks, so cpu utilisation samples exist
-                agent.on_snapshot(await collect_tier("core", runners, roots, 5.0))
+                agent.on_snapshot(await collect_tier("core", runners, HostRoots(), 5.0))
 
         trio.run(snapshot)
         cache = MetricsCache(agent)
         times = []
         for _ in range(200):
-            agent.changes += 1  # invalidate the cache: measure a full render every time
+            agent.changes += 1  # invalidate the cache: a full render every time
             t0 = time.perf_counter()
             cache.render()
             times.append(time.perf_counter() - t0)
-    times.sort()
-    return {"render_p50_ms": statistics.median(times) * 1000, "render_p99_ms": times[197] * 1000}
+    p50 = statistics.median(times) * 1000
+    return [Row("/metrics render, uncached (core tier, this host)", p50, "ms")], {"render_p50_ms": p50}
 
 
-def scrape_latency() -> dict[str, float]:
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "bench.yaml"
-        cfg.write_text(f"stateDir: {tmp}/state\nsinks: {{metrics: {{listenAddr: '127.0.0.1:{port}'}}}}\n")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "nvdaemon", "run", "--config", str(cfg), "--log-level", "warning"],
-            stdout=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    with urllib.request.urlopen(url + "/readyz", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            rss_start = rss_kib(proc.pid)
-            times = []
-            size = 0
-            for _ in range(SCRAPES):
-                t0 = time.perf_counter()
-                with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
-                    size = len(r.read())
-                times.append(time.perf_counter() - t0)
-            rss_end = rss_kib(proc.pid)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=15)
-    times.sort()
-    return {
-        "scrape_p50_ms": statistics.median(times) * 1000,
-        "scrape_p99_ms": times[int(len(times) * 0.99) - 1] * 1000,
-        "exposition_bytes": size,
-        "rss_after_start_mib": rss_start / 1024,
-        "rss_after_scrapes_mib": rss_end / 1024,
-    }
+def stream() -> tuple[list[Row], dict[str, Any]]:
+    from bench.stream import CLIENTS, RATE, SECONDS, fanout_latency
+
+    raw: dict[str, Any] = {}
+    for rate in (RATE // 10, RATE):
+        raw.update(fanout_latency(rate))
+    p = f"fanout_{CLIENTS}c_"
+    low, high = f"{p}{RATE // 10}eps_", f"{p}{RATE}eps_"
+    delivered = (CLIENTS * RATE * SECONDS - raw[high + "messages_missing"]) / SECONDS
+    raw[high + "delivered_msgs_per_s"] = delivered
+    asked = Target("value", ">=", float(CLIENTS * RATE), "bench/stream.py")
+    rows = [
+        Row(f"/v1/events {CLIENTS} clients @{RATE // 10}/s p50", raw[low + "p50_ms"], "ms"),
+        Row(f"/v1/events {CLIENTS} clients @{RATE // 10}/s p99", raw[low + "p99_ms"], "ms"),
+        Row(f"/v1/events {CLIENTS} clients @{RATE}/s delivered", delivered, "msg/s", target=asked),
+        Row(f"/v1/events {CLIENTS} clients @{RATE}/s slow closes", float(raw[high + "slow_disconnects"])),
+    ]
+    return rows, raw
+
+
+def webhook() -> tuple[list[Row], dict[str, Any]]:
+    from bench.webhook import SPOOLED, delivery, spooled_rss
+
+    raw: dict[str, Any] = {**delivery(), **spooled_rss()}
+    rows = [
+        Row("webhook delivered, signed, loopback", raw["webhook_events_per_s"], "ev/s"),
+        Row("webhook emission->receipt p50", raw["webhook_latency_p50_ms"], "ms"),
+        Row("webhook emission->receipt p99", raw["webhook_latency_p99_ms"], "ms"),
+        Row(f"webhook agent RSS, {SPOOLED:,} spooled", raw["webhook_rss_spooled_mib"], "MiB"),
+    ]
+    return rows, raw
+
+
+def history() -> tuple[list[Row], dict[str, Any]]:
+    from bench.history import SERIES, run
+
+    raw = run()
+    rows = [
+        Row(f"history ingest per tick, {SERIES} series", raw["history_ingest_us_per_tick_500_series"], "us"),
+        Row("history 90-day query, one series (HTTP)", raw["history_query_90d_http_ms"], "ms"),
+        Row("history bytes/point on disk (5 y x 8 GPUs)", raw["history_bytes_per_point_as_written"], "B"),
+    ]
+    return rows, raw
+
+
+def sections() -> list[tuple[str, str, Section]]:
+    from bench import floor, latency, scrape, steady
+
+    return [
+        ("floor", "core-tier cycle CPU against reading the same files ...", floor.run),
+        ("render", "/metrics render cost, uncached ...", render_cost),
+        ("scrape", f"/metrics: {scrape.SCRAPES} interleaved scrapes of ours and of node_exporter ...", scrape.run),
+        ("steady", f"steady cost over {steady.seconds():g} s, all tiers and sinks, and node_exporter ...", steady.run),
+        ("latency", f"event latency over {latency.CHANGES} fixture changes ...", latency.run),
+        ("stream", "/v1/events fan-out to 100 websocket clients ...", stream),
+        ("webhook", "webhook delivery; agent RSS with a full spool ...", webhook),
+        ("history", "history: ingest, 90-day query, five simulated years on disk ...", history),
+    ]
 
 
 def main() -> int:
-    host = os.environ.get("BENCH_HOST_ROOT")
-    results: dict[str, Any] = {"host_root": host or "/"}
-    print(f"core-tier cycle: {CYCLES} cycles on {host or 'this host'} ...", flush=True)
-    results.update(cycle_cpu(Path(host) if host else None))
-    results.update(render_cost(Path(host) if host else None))
-    print(f"/metrics: {SCRAPES} scrapes of a running agent ...", flush=True)
-    results.update(scrape_latency())
-    from bench.stream import CLIENTS, RATE, fanout_latency
-
-    for rate in (RATE // 10, RATE):
-        print(f"/v1/events: fan-out to {CLIENTS} websocket clients at {rate} events/s ...", flush=True)
-        results.update(fanout_latency(rate))
-    from bench.webhook import SPOOLED, delivery, spooled_rss
-
-    print("webhook: signed delivery to a loopback receiver; agent RSS with a full spool ...", flush=True)
-    results.update(delivery())
-    print(f"webhook: agent RSS with {SPOOLED} events spooled ...", flush=True)
-    results.update(spooled_rss())
-    from bench.history import run as history
-
-    print("history: ingest per tick, 90-day query, five simulated years of 8 GPUs on disk ...", flush=True)
-    results.update(history())
-    width = max(len(k) for k in results)
-    for key, value in results.items():
-        shown = f"{value:.3f}" if isinstance(value, float) else str(value)
-        print(f"{key:<{width}}  {shown}")
-    OUT.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"written to {OUT}")
-    return 0
+    rows: list[Row] = []
+    raw: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
+    errors: dict[str, str] = {}
+    for name, what, section in sections():
+        print(f"[{name}] {what}", flush=True)
+        began = time.monotonic()
+        try:
+            got, figures = section()
+        except Exception as exc:
+            detail = str(exc) if isinstance(exc, BenchError) else traceback.format_exc()
+            detail = detail.replace(str(ROOT), ".")  # results.json gets shared: no path of this machine in it
+            print(f"[{name}] FAILED: {detail}", file=sys.stderr, flush=True)
+            errors[name] = detail
+            rows.append(failed(name, detail))
+            continue
+        rows += got
+        raw.update(figures)
+        raw[f"{name}_seconds"] = time.monotonic() - began
+    print()
+    print(render(rows))
+    for line in missed(rows):
+        print(f"missed: {line}")
+    OUT.write_text(json.dumps({"rows": [r.as_json() for r in rows], "raw": raw, "errors": errors}, indent=2) + "\n")
+    print(f"written to {OUT.relative_to(ROOT)}")
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
