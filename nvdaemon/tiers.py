@@ -8,6 +8,7 @@ still stuck, that collector is skipped and reported as failed, so stuck threads 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,16 @@ class TierSnapshot:
     reads: CycleReads | None = None  # the cycle's shared file reads (how many were shared between collectors)
 
 
+@dataclass
+class Outcome:
+    """What one gather produced: parsed data, an absent source, or an error (a timeout included)."""
+
+    gathered: Gathered | None = None
+    present: bool = True
+    error: str = ""
+    duration: float = 0.0
+
+
 class CollectorRunner:
     """Runs one collector: gather in a thread with a timeout, interpret on the loop, keep its status."""
 
@@ -68,72 +79,136 @@ class CollectorRunner:
         self.status = CollectorStatus(collector.name)
         self._in_flight = False  # a gather thread (possibly abandoned after a timeout) is still running
 
-    def _gather(self, roots: HostRoots) -> Gathered:
+    @property
+    def in_flight(self) -> bool:
+        return self._in_flight
+
+    def gather_outcome(self, roots: HostRoots) -> Outcome:
+        """Read and parse (in a worker thread); never raises an ordinary exception."""
         # Set inside the thread: a call cancelled while still waiting for the limiter never marks itself busy.
         self._in_flight = True
+        began = time.perf_counter()
         try:
-            return self.collector.gather(roots)
+            outcome = Outcome(self.collector.gather(roots))
+        except NotPresent:
+            outcome = Outcome(present=False)
+        except Exception as exc:
+            outcome = Outcome(error=describe(exc))
         finally:
             self._in_flight = False
+        outcome.duration = time.perf_counter() - began
+        return outcome
 
-    async def run(self, roots: HostRoots, read_timeout: float, now: Callable[[], float]) -> list[Sample]:
+    def finish(self, outcome: Outcome, now: float, skipped: str = "") -> list[Sample]:
+        """Interpret a gather's outcome on the loop and record the status (``skipped``: why it did not run)."""
         st = self.status
-        began = trio.current_time()
         samples: list[Sample] = []
-        errors: list[str] = []
-        present = True
-        if self._in_flight:
-            errors.append("previous read has not returned yet (hung file system or device); skipped")
-        else:
-            gathered: Gathered | None = None
-            read_timeout = self.collector.read_timeout(read_timeout)  # the smart tier allows its smartctl runs
+        errors = [e for e in (skipped, outcome.error) if e]
+        if outcome.gathered is not None:
+            errors.extend(outcome.gathered.errors)
+            began = time.perf_counter()
             try:
-                with trio.move_on_after(read_timeout) as scope:
-                    gathered = await trio.to_thread.run_sync(
-                        self._gather, roots, limiter=self.limiter, abandon_on_cancel=True
-                    )
-                if scope.cancelled_caught:
-                    errors.append(f"read timed out after {read_timeout:g}s")
-            except NotPresent:
-                present = False
+                samples = self.collector.interpret(outcome.gathered, now)
             except Exception as exc:
-                errors.append(describe(exc))
-            if gathered is not None:
-                errors.extend(gathered.errors)
-                try:
-                    samples = self.collector.interpret(gathered, now())
-                except Exception as exc:
-                    errors.append(f"interpret: {describe(exc)}")
+                errors.append(f"interpret: {describe(exc)}")
+            outcome.duration += time.perf_counter() - began
         if errors and (not st.errors or errors[0] != st.errors[0]):
             # Log a changed error once, not the same line every tick.
             log.warning("collector %s: %s", self.collector.name, "; ".join(errors))
-        st.success, st.present, st.errors = not errors, present, errors
+        st.success, st.present, st.errors = not errors, outcome.present, errors
         st.error_total += len(errors)
-        st.duration = trio.current_time() - began
+        st.duration = outcome.duration
         st.samples = len(samples)
         st.detail = self.collector.detail()
         return samples
+
+    async def run(self, roots: HostRoots, read_timeout: float, now: Callable[[], float]) -> list[Sample]:
+        """This collector alone, in its own worker thread (``collect_tier`` batches a tier's collectors)."""
+        if self._in_flight:
+            return self.finish(Outcome(), now(), skipped=STILL_READING)
+        read_timeout = self.collector.read_timeout(read_timeout)  # the smart tier allows its smartctl runs
+        outcome = Outcome(error=f"read timed out after {read_timeout:g}s", duration=read_timeout)
+        with trio.move_on_after(read_timeout):
+            outcome = await trio.to_thread.run_sync(
+                self.gather_outcome, roots, limiter=self.limiter, abandon_on_cancel=True
+            )
+        return self.finish(outcome, now())
+
+
+STILL_READING = "previous read has not returned yet (hung file system or device); skipped"
+
+
+class _Batch:
+    """One worker thread gathering a tier's collectors one after another.
+
+    A thread hop per collector cost more CPU than most collectors' own reads (each hop is a GIL hand-off), so a
+    tier's collectors share one thread. A read that hangs still costs only itself: when the batch's deadline
+    passes, the collector it is in is reported timed out and stays skipped until its read returns (its
+    ``in_flight``), the collectors after it are reported not read this tick, and the abandoned thread stops as soon
+    as the hung read returns instead of going on with stale work.
+    """
+
+    def __init__(self, runners: Sequence[CollectorRunner], roots: HostRoots) -> None:
+        self.runners = runners
+        self.roots = roots
+        self.lock = threading.Lock()
+        self.outcomes: dict[str, Outcome] = {}
+        self.current: CollectorRunner | None = None
+        self.abandoned = False
+
+    def run(self) -> None:
+        for runner in self.runners:
+            with self.lock:
+                if self.abandoned:
+                    return
+                self.current = runner
+            outcome = runner.gather_outcome(self.roots)
+            with self.lock:
+                self.outcomes[runner.collector.name] = outcome
+                self.current = None
+
+    def stop(self) -> tuple[dict[str, Outcome], CollectorRunner | None]:
+        """Abandon the rest; the outcomes so far and the collector still reading (None when all finished)."""
+        with self.lock:
+            self.abandoned = True
+            return dict(self.outcomes), self.current
 
 
 async def collect_tier(
     tier: str, runners: Sequence[CollectorRunner], roots: HostRoots, read_timeout: float
 ) -> TierSnapshot:
-    """Run every collector of a tier concurrently; partial samples of a failing collector are kept."""
+    """Run every collector of a tier (one worker thread, see ``_Batch``); a failing one keeps its partial samples."""
     began = trio.current_time()
     collected_at = time.time()
     results: dict[str, list[Sample]] = {}
-
-    async def one(runner: CollectorRunner) -> None:
-        results[runner.collector.name] = await runner.run(roots, read_timeout, lambda: collected_at)
-
+    due = [r for r in runners if not r.in_flight]
+    timeout = max((r.collector.read_timeout(read_timeout) for r in due), default=read_timeout)
+    batch = _Batch(due, roots)
     reads = CycleReads()
-    token = CYCLE_READS.set(reads)  # the worker threads started below run in copies of this context
+    token = CYCLE_READS.set(reads)  # the worker thread started below runs in a copy of this context
     try:
-        async with trio.open_nursery() as nursery:
-            for runner in runners:
-                nursery.start_soon(one, runner)
+        if due:
+            with trio.move_on_after(timeout):
+                await trio.to_thread.run_sync(batch.run, limiter=due[0].limiter, abandon_on_cancel=True)
     finally:
         CYCLE_READS.reset(token)
+    outcomes, hung = batch.stop()
+    for runner in runners:
+        name = runner.collector.name
+        if runner not in due:
+            results[name] = runner.finish(Outcome(), collected_at, skipped=STILL_READING)
+        elif name in outcomes:
+            results[name] = runner.finish(outcomes[name], collected_at)
+        elif runner is hung:
+            timed_out = Outcome(error=f"read timed out after {timeout:g}s", duration=timeout)
+            results[name] = runner.finish(timed_out, collected_at)
+        else:
+            why = (
+                f"not read this tick: collector {hung.collector.name} was still reading"
+                if hung is not None
+                else f"not read this tick: no worker thread free within {timeout:g}s"
+            )
+            results[name] = runner.finish(Outcome(), collected_at, skipped=why)
     samples = [s for runner in runners for s in results.get(runner.collector.name, [])]
     return TierSnapshot(
         tier=tier,

@@ -13,7 +13,7 @@ import trio.testing
 
 from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError
 from nvdaemon.model import Sample
-from nvdaemon.tiers import CollectorRunner, collect_tier
+from nvdaemon.tiers import STILL_READING, CollectorRunner, collect_tier
 
 ROOTS = HostRoots()
 
@@ -122,3 +122,29 @@ async def test_collect_tier_keeps_others_when_one_fails() -> None:
     assert len(snap.samples) == 2
     assert snap.collectors["fake"].success is False and snap.collectors["other"].success is True
     assert all(s.timestamp == snap.collected_at for s in snap.samples)
+
+
+async def test_a_hung_collector_in_the_tier_batch_costs_only_itself() -> None:
+    # Real time, as above. The tier's collectors share one worker thread; the hung one is first in line.
+    release = threading.Event()
+    hung = Fake("hang", release)
+    limiter = trio.CapacityLimiter(4)
+    runners = [CollectorRunner(hung, limiter), CollectorRunner(Other("ok"), limiter)]
+    snap = await collect_tier("core", runners, ROOTS, 0.2)
+    assert snap.collectors["fake"].errors == ["read timed out after 0.2s"]
+    assert snap.collectors["other"].errors == ["not read this tick: collector fake was still reading"]
+    assert await trio.to_thread.run_sync(hung.entered.wait, 30)
+    # Next tick: the hung read is skipped, not started again, and the others run.
+    snap = await collect_tier("core", runners, ROOTS, 0.2)
+    assert STILL_READING in snap.collectors["fake"].errors[0]
+    assert snap.collectors["other"].success and len(snap.samples) == 2
+    assert hung.calls == 1
+    release.set()
+    for _ in range(1000):  # the abandoned thread returns and stops: it does not go on to "other"
+        if not runners[0].in_flight:
+            break
+        await trio.to_thread.run_sync(time.sleep, 0.01)
+    hung.behaviour = "ok"
+    snap = await collect_tier("core", runners, ROOTS, 30.0)
+    assert snap.collectors["fake"].success and snap.collectors["other"].success
+    assert len(snap.samples) == 4
