@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint bench clean proto lock sbom audit helm
+.PHONY: run test lint bench soak clean proto lock sbom audit helm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
+
+# The agent under chaos for SOAK_SECONDS (faults, flapping receivers, SIGHUP, a SIGKILL), then a PASS/FAIL verdict
+# (bench/soak); not part of `make test`, which runs the same soak for 60 s (tests/soak).
+SOAK_SECONDS ?= 600
+soak: $(STAMP)
+	SOAK_SECONDS=$(SOAK_SECONDS) $(BIN)/python -m bench.soak
 
 # NVSentinel stubs, committed; the -I mapping makes them importable as nvdaemon.proto.health_event_pb2.
 # tests/nvsentinel/test_proto.py runs the same command and fails when the committed files differ.

@@ -74,6 +74,7 @@ class Agent:
         self.root_scope = trio.CancelScope()
         self._persist_lock = trio.Lock()
         self._engine_dirty = False
+        self._saved_seq = -1  # the event seq of the engine state last written to stateDir
         self._durable_warned = False
 
     # ---- config-derived views -------------------------------------------------------------------------------
@@ -131,6 +132,9 @@ class Agent:
         if not self._engine_dirty:
             return
         target = self.engine.seq
+        # The state that goes with seq `target`, taken now: another tier, an XID or a reload may emit while we
+        # wait, and a dump taken after the wait would record transitions the spool may not hold yet.
+        data = engine.dump_state(self.engine)
         with trio.move_on_after(DURABLE_WAIT_SECONDS) as waited:
             for sink in [s for s in self.sinks.values() if s.durable]:
                 await sink.wait_committed(target)
@@ -142,9 +146,12 @@ class Agent:
             return
         self._durable_warned = False
         async with self._persist_lock:
-            self._engine_dirty = False
-            data = engine.dump_state(self.engine)
+            if target < self._saved_seq:  # a concurrent call already saved a newer state
+                return
             await trio.to_thread.run_sync(atomic_write, self.engine_path, data)
+            self._saved_seq = target
+            if self.engine.seq == target:  # else events came while waiting: their state is saved next time
+                self._engine_dirty = False
 
     def emit(self, events: list[Event]) -> None:
         for ev in events:

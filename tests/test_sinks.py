@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 import nvdaemon.sinks
+from nvdaemon import engine
 from nvdaemon.app import Agent
 from nvdaemon.config import parse_config
 from nvdaemon.model import Event, Phase
@@ -102,4 +103,32 @@ async def test_engine_state_is_saved_only_after_durable_sinks_commit(
         late = Durable("late", "v1")
         late.attach(agent.bus)
         assert late.committed_seq == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_events_emitted_while_waiting_for_the_spool_are_not_saved_ahead_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    agent = Agent(parse_config(f"stateDir: {tmp_path}\n", "t.yaml", env={}))
+    sink = Durable("spooler", "v1")
+    monkeypatch.setattr(nvdaemon.sinks, "BUILDERS", (lambda _agent: [sink],))
+    async with trio.open_nursery() as nursery:
+        agent.supervisor = Supervisor(nursery)
+        await agent.sync_sinks()
+        agent.engine.seq = 1
+        agent.emit([event(1)])
+
+        async def another_tier_emits_then_spool_commits_only_1() -> None:
+            await trio.sleep(0.1)
+            agent.engine.seq = 2  # seq 2 is published while persist_engine waits for seq 1
+            agent.emit([event(2)])
+            sink.mark_committed(1)
+
+        nursery.start_soon(another_tier_emits_then_spool_commits_only_1)
+        await agent.persist_engine()
+        saved = engine.load_state(agent.engine_path.read_bytes())
+        assert saved.seq == 1  # not 2: a crash now must let a restart detect transition 2 again
+        sink.mark_committed(2)
+        await agent.persist_engine()  # still dirty: the newer state is saved once the spool holds it
+        assert engine.load_state(agent.engine_path.read_bytes()).seq == 2
         nursery.cancel_scope.cancel()

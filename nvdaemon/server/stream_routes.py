@@ -111,12 +111,15 @@ async def _pump(client: Client, replay: Replay, cursor: Cursor, ping_seconds: fl
                 await websocket.send(text)
                 if trio.current_time() < next_ping:
                     continue
+            # Only the wait is bounded by the ping deadline, never the send: a send cut short by it lost the event.
+            got: str | None = None
             with trio.move_on_at(next_ping):
                 try:
-                    text = await client.receive.receive()
+                    got = await client.receive.receive()
                 except trio.EndOfChannel:
                     break
-                await websocket.send(text)
+            if got is not None:
+                await websocket.send(got)
                 continue
             next_ping += ping_seconds
             await websocket.send(PING)
