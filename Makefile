@@ -24,7 +24,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check nvdaemon tests bench
 	$(BIN)/mypy
 
+# The reference node_exporter (Debian's prometheus-node-exporter) is installed first where that is possible.
 bench: $(STAMP)
+	scripts/ensure-node-exporter
 	$(BIN)/python -m bench $(ARGS)
 
 # The agent under chaos for SOAK_SECONDS (faults, flapping receivers, SIGHUP, a SIGKILL), then a PASS/FAIL verdict
