@@ -171,9 +171,6 @@ def run(root: Path = HOST) -> tuple[list[Row], dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    from bench.table import render
+    from bench.table import run_alone
 
-    table_rows, figures = run()
-    print(render(table_rows))
-    for k, v in figures.items():
-        print(f"{k:<40} {v}")
+    run_alone(run)

@@ -135,3 +135,12 @@ def missed(rows: list[Row]) -> list[str]:
         over = value / r.target.limit if r.target.limit else float("inf")
         lines.append(f"{r.figure}: {fmt(value)} against {r.target.text(r.unit)} ({over:.3g}x the limit)")
     return lines
+
+
+def run_alone(run: Callable[[], tuple[list[Row], dict[str, Any]]]) -> None:
+    """``python -m bench.<name>``: one benchmark's rows as a table, then its raw figures."""
+    rows, raw = run()
+    print(render(rows))
+    width = max((len(k) for k in raw), default=0) + 2
+    for key, value in raw.items():
+        print(f"{key:<{width}} {value}")

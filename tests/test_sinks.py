@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import contextlib
+from collections.abc import AsyncIterator, Hashable
 from pathlib import Path
 
 import pytest
@@ -83,9 +84,11 @@ class Durable(Recorder):
     durable = True
 
 
-async def test_engine_state_is_saved_only_after_durable_sinks_commit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
-) -> None:
+@contextlib.asynccontextmanager
+async def agent_with_durable_sink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Agent, Durable, trio.Nursery]]:
+    """An agent with one durable sink attached, after event 1 (seq 1) was emitted to it."""
     agent = Agent(parse_config(f"stateDir: {tmp_path}\n", "t.yaml", env={}))
     sink = Durable("spooler", "v1")
     monkeypatch.setattr(nvdaemon.sinks, "BUILDERS", (lambda _agent: [sink],))
@@ -94,6 +97,14 @@ async def test_engine_state_is_saved_only_after_durable_sinks_commit(
         await agent.sync_sinks()
         agent.engine.seq = 1
         agent.emit([event(1)])
+        yield agent, sink, nursery
+        nursery.cancel_scope.cancel()
+
+
+async def test_engine_state_is_saved_only_after_durable_sinks_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    async with agent_with_durable_sink(tmp_path, monkeypatch) as (agent, sink, _):
         await agent.persist_engine()  # the sink received event 1 but has not committed it
         assert not agent.engine_path.exists()
         sink.mark_committed(1)
@@ -103,20 +114,12 @@ async def test_engine_state_is_saved_only_after_durable_sinks_commit(
         late = Durable("late", "v1")
         late.attach(agent.bus)
         assert late.committed_seq == 1
-        nursery.cancel_scope.cancel()
 
 
 async def test_events_emitted_while_waiting_for_the_spool_are_not_saved_ahead_of_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
 ) -> None:
-    agent = Agent(parse_config(f"stateDir: {tmp_path}\n", "t.yaml", env={}))
-    sink = Durable("spooler", "v1")
-    monkeypatch.setattr(nvdaemon.sinks, "BUILDERS", (lambda _agent: [sink],))
-    async with trio.open_nursery() as nursery:
-        agent.supervisor = Supervisor(nursery)
-        await agent.sync_sinks()
-        agent.engine.seq = 1
-        agent.emit([event(1)])
+    async with agent_with_durable_sink(tmp_path, monkeypatch) as (agent, sink, nursery):
 
         async def another_tier_emits_then_spool_commits_only_1() -> None:
             await trio.sleep(0.1)
@@ -131,4 +134,3 @@ async def test_events_emitted_while_waiting_for_the_spool_are_not_saved_ahead_of
         sink.mark_committed(2)
         await agent.persist_engine()  # still dirty: the newer state is saved once the spool holds it
         assert engine.load_state(agent.engine_path.read_bytes()).seq == 2
-        nursery.cancel_scope.cancel()
