@@ -9,10 +9,10 @@ encoder: families sorted by name, label names sorted, samples sorted by label va
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Literal
 
 FamilyType = Literal["gauge", "counter", "untyped", "summary", "histogram"]
@@ -63,32 +63,41 @@ def untyped(name: str, help: str, value: float | None = None, **labels: str) -> 
 
 def go_float(value: float) -> str:
     """``strconv.FormatFloat(v, 'g', -1, 64)``: shortest digits, exponent form below 1e-4 or from 1e6 up."""
+    value = float(value)  # callers pass ints too (smartctl's counts), and int has no is_integer() before 3.12
     if math.isnan(value):
         return "NaN"
-    if math.isinf(value):
+    if value in (math.inf, -math.inf):
         return "+Inf" if value > 0 else "-Inf"
     if value == 0:
         return "-0" if math.copysign(1.0, value) < 0 else "0"
-    sign, digits, exponent = Decimal(repr(value)).normalize().as_tuple()
-    assert isinstance(exponent, int)
-    ds = "".join(map(str, digits))
-    exp = len(ds) + exponent - 1  # decimal exponent of the leading digit
-    prefix = "-" if sign else ""
+    if -1e6 < value < 1e6 and value.is_integer():  # the common case: a small count, written as is
+        return str(int(value))
+    # repr gives the shortest digits that round-trip, as Go's shortest mode does; only the layout differs.
+    text = repr(value)
+    prefix = ""
+    if text[0] == "-":
+        prefix, text = "-", text[1:]
+    mantissa, _, exp_text = text.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    point = len(whole) + (int(exp_text) if exp_text else 0) - (len(whole + frac) - len(digits))
+    digits = digits.rstrip("0")
+    exp = point - 1  # decimal exponent of the leading digit
     if exp < -4 or exp >= 6:
-        mantissa = ds[0] + ("." + ds[1:] if len(ds) > 1 else "")
-        return f"{prefix}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
-    if exponent >= 0:
-        return prefix + ds + "0" * exponent
-    point = len(ds) + exponent
+        lead = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{prefix}{lead}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
+    if point >= len(digits):
+        return prefix + digits + "0" * (point - len(digits))
     if point > 0:
-        return prefix + ds[:point] + "." + ds[point:]
-    return prefix + "0." + "0" * (-point) + ds
+        return prefix + digits[:point] + "." + digits[point:]
+    return prefix + "0." + "0" * (-point) + digits
 
 
 def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
+@functools.lru_cache(maxsize=4096)  # label values repeat across families and scrapes (device names, modes)
 def _escape_value(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
