@@ -25,6 +25,7 @@ import trio_websocket
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 _TICK = os.sysconf("SC_CLK_TCK")
+SECRET = "whsec_YmVuY2gtc2VjcmV0LWJlbmNoLXNlY3JldC0xMjM0NTY3OA=="  # the webhook signing secret of the benchmarks
 
 
 class BenchError(RuntimeError):
@@ -72,10 +73,27 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+def stop_process(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM a process that still runs and reap it; SIGKILL it when it has not exited within ``timeout``."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def copy_host(name: str, into: Path) -> Path:
-    """A writable copy of a fixture host (fixtures/hosts/<name>) under ``into``."""
+    """A writable copy of a fixture host (fixtures/hosts/<name>) under ``into``, with a boot id when the fixture has
+    none (the NVSentinel sink reads it)."""
     host = into / "host"
     shutil.copytree(FIXTURES / "hosts" / name, host, symlinks=True)
+    boot = host / "proc" / "sys" / "kernel" / "random" / "boot_id"
+    if not boot.exists():
+        boot.parent.mkdir(parents=True, exist_ok=True)
+        boot.write_text("11111111-2222-4333-8444-555555555555\n")
     return host
 
 
@@ -94,9 +112,7 @@ class AgentProcess:
     raises ``BenchError`` with the end of its log, so a benchmark never hangs on an agent that cannot start.
     """
 
-    def __init__(
-        self, config: dict[str, Any], host_root: Path | None = None, env: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, config: dict[str, Any], host_root: Path | None = None) -> None:
         self.port = free_port()
         self.tmp = Path(tempfile.mkdtemp(prefix="nvdaemon-bench-"))
         sinks = config.setdefault("sinks", {})
@@ -106,7 +122,6 @@ class AgentProcess:
         self.config_path.write_text(json.dumps(config, indent=1))
         self.log_path = self.tmp / "agent.log"
         self.host_root = host_root
-        self.env = {**os.environ, **(env or {})}
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.ready_timeout = 60.0
@@ -125,7 +140,7 @@ class AgentProcess:
         if self.host_root is not None:
             cmd += ["--host-root", str(self.host_root)]
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, cwd=ROOT, env=self.env)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, cwd=ROOT)
         try:
             self._wait_ready()
         except BaseException:
@@ -162,13 +177,8 @@ class AgentProcess:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, 15)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

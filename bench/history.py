@@ -7,6 +7,7 @@ order the agent writes them: one window of every series after the other, one tra
 
 from __future__ import annotations
 
+import functools
 import random
 import statistics
 import sys
@@ -20,6 +21,7 @@ import trio
 from nvdaemon.history.core import Acc, Query, Windows, allowlist, encode_point, to_minutes
 from nvdaemon.history.store import _UPSERT, HistoryStore
 from nvdaemon.model import Sample
+from nvdaemon.sqlitetx import transaction
 
 SERIES = 500
 TICKS = 2000
@@ -83,9 +85,7 @@ def generate(store: HistoryStore, years: float, seed: int = 7) -> int:
                 low, high, step, spread = shapes[i]
                 avg = state[i] = min(high, max(low, state[i] + (rand() - 0.5) * 2 * step))
                 rows.append((sid, t, *encode_point(Acc(1, avg, avg - rand() * spread, avg + rand() * spread), q)))
-        store.db.execute("BEGIN IMMEDIATE")
-        store.db.executemany(_UPSERT, rows)
-        store.db.execute("COMMIT")
+        transaction(store.db, functools.partial(store.db.executemany, _UPSERT, rows))
         written += len(rows)
     return written
 

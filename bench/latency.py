@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 from google.protobuf import empty_pb2
 
-from bench.common import AgentProcess, BenchError, EventClient, copy_host, percentile
+from bench.common import SECRET, AgentProcess, BenchError, EventClient, copy_host, percentile
 from bench.table import Row, Target
 from nvdaemon.proto import health_event_pb2 as pb
 from tests.nvsentinel.connector import FakeConnector
@@ -38,7 +38,6 @@ INTERVAL = 0.25
 HOT, COOL = "99000\n", "60000\n"
 CONDITION = "cpu_package_hot"
 CHECK = "NvdaemonCpuPackageHot"
-SECRET = "whsec_YmVuY2gtc2VjcmV0LWJlbmNoLXNlY3JldC0xMjM0NTY3OA=="
 TARGET = Target("value", "<=", 50.0)
 
 
@@ -125,10 +124,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
     lat: dict[str, list[float]] = {"webhook": [], "stream": [], "nvsentinel": []}
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nvdaemon-latency-")))
-        root = copy_host("faulty", tmp)
-        boot = root / "proc" / "sys" / "kernel" / "random" / "boot_id"
-        boot.parent.mkdir(parents=True, exist_ok=True)
-        boot.write_text("11111111-2222-4333-8444-555555555555\n")
+        root = copy_host("faulty", tmp)  # with a boot id: the NVSentinel sink reads it
         temp = sensor(root)
         write(temp, COOL)
         token = tmp / "token"

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import FIXTURES, AgentProcess, BenchError, cpu_seconds, free_port, percentile
+from bench.common import FIXTURES, AgentProcess, BenchError, cpu_seconds, free_port, percentile, stop_process
 from bench.table import Row, Target
 from nvdaemon.compat.node_exporter.options import DEFAULTS
 from tests.node_exporter.oracle import binary, flags_for, options_for, textfile_dir
@@ -89,13 +89,8 @@ class NodeExporter:
             time.sleep(0.05)
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_process(self.proc, 10)
 
 
 def scrape(conn: http.client.HTTPConnection) -> tuple[int, int]:

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from bench.common import FIXTURES, ROOT, AgentProcess, EventClient, cpu_seconds, peak_rss_kib
+from bench.common import FIXTURES, ROOT, SECRET, AgentProcess, EventClient, copy_host, cpu_seconds, peak_rss_kib
 from bench.scrape import NodeExporter, collectors, reference, scrape
 from bench.table import Row, Target
 from tests.nvsentinel.connector import FakeConnector
@@ -38,7 +38,6 @@ from tests.sinks.receiver import Receiver
 INTERVAL = 1.0
 SCALE_TO = 15.0
 WARMUP = 5.0
-SECRET = "whsec_YmVuY2gtc2VjcmV0LWJlbmNoLXNlY3JldC0xMjM0NTY3OA=="
 TOKEN = "bench-token"
 SCENARIO = FIXTURES / "nvml" / "h100-8gpu-thermal-throttle.json"
 STANDIN = FIXTURES / "smartctl" / "smartctl"
@@ -52,15 +51,10 @@ def seconds() -> float:
 
 def host(tmp: Path) -> Path:
     """gpunode with the fixture disks under dev/ and a boot id (the NVSentinel sink reads it)."""
-    root = tmp / "host"
-    shutil.copytree(FIXTURES / "hosts" / "gpunode", root, symlinks=True)
+    root = copy_host("gpunode", tmp)
     (root / "dev").mkdir(exist_ok=True)
     for node in (FIXTURES / "hosts" / "disks" / "dev").iterdir():
         shutil.copy(node, root / "dev" / node.name, follow_symlinks=False)
-    boot = root / "proc" / "sys" / "kernel" / "random" / "boot_id"
-    if not boot.exists():
-        boot.parent.mkdir(parents=True, exist_ok=True)
-        boot.write_text("11111111-2222-4333-8444-555555555555\n")
     return root
 
 

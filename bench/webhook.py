@@ -8,12 +8,10 @@
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ from typing import Any
 import msgspec
 import trio
 
-from bench.common import free_port, rss_kib
+from bench.common import SECRET, AgentProcess, free_port, get, rss_kib
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.model import Event, Phase, new_event_id
@@ -31,7 +29,6 @@ from nvdaemon.sinks.webhook import WebhookEndpoint
 THROUGHPUT_EVENTS = 2000
 LATENCY_EVENTS = 300
 SPOOLED = 100_000
-SECRET = "whsec_YmVuY2gtc2VjcmV0LWJlbmNoLXNlY3JldC0xMjM0NTY3OA=="
 
 
 class _Server(ThreadingHTTPServer):
@@ -134,7 +131,7 @@ def delivery() -> dict[str, float]:
 
 def spooled_rss() -> dict[str, float]:
     """RSS of a running agent whose spool holds SPOOLED events for an endpoint that is down."""
-    port, down = free_port(), free_port()
+    down = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
         db = SpoolDB(state / FILE)
@@ -147,33 +144,14 @@ def spooled_rss() -> dict[str, float]:
             db.add(name, items, SPOOLED, 1 << 40)
         db.close()
         spool_mib = (state / FILE).stat().st_size / 2**20
-        cfg = Path(tmp) / "bench.yaml"
-        cfg.write_text(
-            f"stateDir: {state}\nsinks:\n  metrics: {{listenAddr: '127.0.0.1:{port}'}}\n"
-            f"  webhook:\n    - {{url: 'http://127.0.0.1:{down}/hook', secret: '{SECRET}'}}\n"
-        )
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "nvdaemon", "run", "--config", str(cfg), "--log-level", "error"],
-            stdout=subprocess.DEVNULL,
-        )
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+        config = {
+            "stateDir": str(state),
+            "sinks": {"webhook": [{"url": f"http://127.0.0.1:{down}/hook", "secret": SECRET}]},
+        }
+        with AgentProcess(config) as agent:
             time.sleep(3)  # a few failed attempts against the backlog
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/state", timeout=5) as r:
-                backlog = msgspec.json.decode(r.read())["sinks"][name]["backlog"]
-            rss = rss_kib(proc.pid)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=15)
+            backlog = msgspec.json.decode(get(agent.url + "/v1/state")[1])["sinks"][name]["backlog"]
+            rss = rss_kib(agent.pid)
     return {
         "webhook_spooled_events": backlog,
         "webhook_spool_file_mib": spool_mib,

@@ -98,7 +98,8 @@ class Agent:
     def tier_fingerprint(self, tier: str) -> Hashable:
         c = self.loaded.config
         # smartctl path, devices, timeouts; the node_exporter collectors and their filters run in the core tier
-        settings = {"smart": msgspec.json.encode(c.smart), "core": msgspec.json.encode(c.node_exporter)}.get(tier, b"")
+        section = {"smart": c.smart, "core": c.node_exporter}.get(tier)
+        settings = msgspec.json.encode(section) if section is not None else b""
         return (tier, self.interval(tier), self.roots, c.collector_timeout_seconds, settings)
 
     def server_fingerprint(self) -> Hashable:

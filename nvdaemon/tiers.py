@@ -1,8 +1,9 @@
 """Tier loops: run a tier's collectors every interval, publish the snapshot, feed the engine.
 
-Each collector's read+parse runs in a worker thread under a timeout (/sys reads can hang on sick hardware: hwmon
-over I2C, a PCI device in a bad state). A read that times out is abandoned, not waited for; while its thread is
-still stuck, that collector is skipped and reported as failed, so stuck threads never pile up tick after tick.
+A tier's collectors read+parse one after another in one worker thread per cycle, under a timeout (/sys reads can
+hang on sick hardware: hwmon over I2C, a PCI device in a bad state). A read that times out is abandoned, not waited
+for; while its thread is still stuck, that collector is skipped and reported as failed, so stuck threads never pile
+up tick after tick. Interpretation runs on the loop once the reads are in.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +72,7 @@ class Outcome:
 
 
 class CollectorRunner:
-    """Runs one collector: gather in a thread with a timeout, interpret on the loop, keep its status."""
+    """One collector of a tier: its gather (in the tier's worker thread), its interpret on the loop, its status."""
 
     def __init__(self, collector: Collector, limiter: trio.CapacityLimiter) -> None:
         self.collector = collector
@@ -121,18 +122,6 @@ class CollectorRunner:
         st.samples = len(samples)
         st.detail = self.collector.detail()
         return samples
-
-    async def run(self, roots: HostRoots, read_timeout: float, now: Callable[[], float]) -> list[Sample]:
-        """This collector alone, in its own worker thread (``collect_tier`` batches a tier's collectors)."""
-        if self._in_flight:
-            return self.finish(Outcome(), now(), skipped=STILL_READING)
-        read_timeout = self.collector.read_timeout(read_timeout)  # the smart tier allows its smartctl runs
-        outcome = Outcome(error=f"read timed out after {read_timeout:g}s", duration=read_timeout)
-        with trio.move_on_after(read_timeout):
-            outcome = await trio.to_thread.run_sync(
-                self.gather_outcome, roots, limiter=self.limiter, abandon_on_cancel=True
-            )
-        return self.finish(outcome, now())
 
 
 STILL_READING = "previous read has not returned yet (hung file system or device); skipped"

@@ -91,6 +91,12 @@ class Agent:
         doc: dict[str, Any] = json.loads(body)
         return doc
 
+    def kill(self) -> None:
+        """Test teardown: a still-running agent is killed and reaped (a no-op once it exited)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
     def stop(self) -> tuple[int, float]:
         assert self.proc is not None
         began = time.monotonic()
@@ -107,9 +113,7 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
     config.write_text(CONFIG.format(state=tmp_path / "state", grace=GRACE, port=free_port()))
     a = Agent(tmp_path, host, config)
     yield a
-    if a.proc is not None and a.proc.poll() is None:
-        a.proc.kill()
-        a.proc.wait()
+    a.kill()
 
 
 def stable_lines(exposition: str) -> str:

@@ -50,15 +50,21 @@ class Other(Fake):
     name: ClassVar[str] = "other"
 
 
+async def run_alone(runner: CollectorRunner, timeout: float) -> list[Sample]:
+    """One tier cycle with only this collector in it."""
+    snap = await collect_tier("core", [runner], ROOTS, timeout)
+    assert all(s.timestamp == snap.collected_at for s in snap.samples)
+    return snap.samples
+
+
 async def run_once(collector: Collector, timeout: float = 1.0) -> tuple[CollectorRunner, list[Sample]]:
     runner = CollectorRunner(collector, trio.CapacityLimiter(2))
-    samples = await runner.run(ROOTS, timeout, lambda: 42.0)
-    return runner, samples
+    return runner, await run_alone(runner, timeout)
 
 
 async def test_healthy_collector() -> None:
     runner, samples = await run_once(Fake("ok"))
-    assert [s.value for s in samples] == [1.0, 2.0] and samples[0].timestamp == 42.0
+    assert [s.value for s in samples] == [1.0, 2.0]
     assert runner.status.success and runner.status.present and runner.status.errors == []
 
 
@@ -93,22 +99,22 @@ async def test_hung_read_times_out_then_is_skipped_until_it_returns(caplog: pyte
     fake = Fake("hang", release)
     runner = CollectorRunner(fake, trio.CapacityLimiter(2))
     with caplog.at_level(logging.WARNING):
-        assert await runner.run(ROOTS, 0.2, lambda: 0.0) == []
+        assert await run_alone(runner, 0.2) == []
     assert runner.status.errors == ["read timed out after 0.2s"]
     # On a loaded machine the worker thread may start after the (mock-clock) timeout: wait until it is stuck.
     assert await trio.to_thread.run_sync(fake.entered.wait, 30)
     # The thread is still stuck: the next tick does not start a second one.
-    assert await runner.run(ROOTS, 0.2, lambda: 0.0) == []
+    assert await run_alone(runner, 0.2) == []
     assert "previous read has not returned" in runner.status.errors[0]
     assert fake.calls == 1
     release.set()
     for _ in range(1000):  # let the abandoned thread finish (real time, outside the mock clock)
-        if not runner._in_flight:
+        if not runner.in_flight:
             break
         await trio.to_thread.run_sync(time.sleep, 0.01)
-    assert not runner._in_flight
+    assert not runner.in_flight
     fake.behaviour = "ok"
-    samples = await runner.run(ROOTS, 30.0, lambda: 0.0)
+    samples = await run_alone(runner, 30.0)
     assert runner.status.errors == []
     assert len(samples) == 2 and runner.status.success
     # The same failure is logged when it changes, not every tick.
@@ -129,7 +135,8 @@ async def test_a_hung_collector_in_the_tier_batch_costs_only_itself() -> None:
     release = threading.Event()
     hung = Fake("hang", release)
     limiter = trio.CapacityLimiter(4)
-    runners = [CollectorRunner(hung, limiter), CollectorRunner(Other("ok"), limiter)]
+    other = Other("ok")
+    runners = [CollectorRunner(hung, limiter), CollectorRunner(other, limiter)]
     snap = await collect_tier("core", runners, ROOTS, 0.2)
     assert snap.collectors["fake"].errors == ["read timed out after 0.2s"]
     assert snap.collectors["other"].errors == ["not read this tick: collector fake was still reading"]
@@ -140,10 +147,13 @@ async def test_a_hung_collector_in_the_tier_batch_costs_only_itself() -> None:
     assert snap.collectors["other"].success and len(snap.samples) == 2
     assert hung.calls == 1
     release.set()
+    calls = other.calls
     for _ in range(1000):  # the abandoned thread returns and stops: it does not go on to "other"
         if not runners[0].in_flight:
             break
         await trio.to_thread.run_sync(time.sleep, 0.01)
+    await trio.to_thread.run_sync(time.sleep, 0.1)  # room for a (wrong) stale gather of "other" to happen
+    assert other.calls == calls
     hung.behaviour = "ok"
     snap = await collect_tier("core", runners, ROOTS, 30.0)
     assert snap.collectors["fake"].success and snap.collectors["other"].success

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import abc
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from nvdaemon.model import Sample
 
 if TYPE_CHECKING:
     from nvdaemon.config import Config
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -96,25 +99,27 @@ def _read_file(path: Path) -> str:
 
 
 class _Entry:
-    __slots__ = ("done", "error", "text")
+    __slots__ = ("done", "error", "value")
 
     def __init__(self) -> None:
         self.done = threading.Event()
-        self.text = ""
+        self.value: Any = None
         self.error: BaseException | None = None
 
 
 class CycleReads:
-    """The files read during one tier cycle, so two surfaces over the same file read it once.
+    """The files read (and parsed) during one tier cycle, so two surfaces over the same file read it once.
 
     The nodevitals_hw_* collectors and the node_exporter surface both read /proc/stat, /proc/meminfo,
-    /proc/diskstats and more in the same cycle; whichever thread asks first reads, the others wait for its result
-    (text or error). Worker threads see the cycle's cache because Trio runs them in a copy of the caller's context.
+    /proc/diskstats and more in the same cycle, and node_exporter's cpu and stat collectors both parse /proc/stat;
+    whichever thread asks first does the work, the others wait for its result (value or error). Worker threads see
+    the cycle's cache because Trio runs them in a copy of the caller's context.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[Path, _Entry] = {}
+        self._parsed: dict[tuple[Path, Callable[[str, str], Any]], _Entry] = {}
         self.reads = 0  # files actually read
         self.shared = 0  # reads answered from the cache
 
@@ -124,18 +129,18 @@ class CycleReads:
         with self._lock:
             return list(self._entries)
 
-    def read(self, path: Path) -> str:
+    def _once(self, table: dict[Any, _Entry], key: Any, compute: Callable[[], Any], count: bool) -> Any:
         with self._lock:
-            entry = self._entries.get(path)
+            entry = table.get(key)
             owner = entry is None
             if entry is None:
-                entry = self._entries[path] = _Entry()
-                self.reads += 1
-            else:
-                self.shared += 1
+                entry = table[key] = _Entry()
+            if count:
+                self.reads += owner
+                self.shared += not owner
         if owner:
             try:
-                entry.text = _read_file(path)
+                entry.value = compute()
             except Exception as exc:
                 entry.error = exc
             finally:
@@ -144,7 +149,16 @@ class CycleReads:
             entry.done.wait()
         if entry.error is not None:
             raise entry.error
-        return entry.text
+        return entry.value
+
+    def read(self, path: Path) -> str:
+        text: str = self._once(self._entries, path, lambda: _read_file(path), count=True)
+        return text
+
+    def parsed(self, path: Path, parse: Callable[[str, str], T]) -> T:
+        """``parse(text, str(path))`` once per cycle; callers must treat the result as read-only."""
+        value: T = self._once(self._parsed, (path, parse), lambda: parse(self.read(path), str(path)), count=False)
+        return value
 
 
 CYCLE_READS: ContextVar[CycleReads | None] = ContextVar("cycle_reads", default=None)
@@ -157,3 +171,9 @@ def read_text(path: Path) -> str:
     """
     cache = CYCLE_READS.get()
     return _read_file(path) if cache is None else cache.read(path)
+
+
+def read_parsed(path: Path, parse: Callable[[str, str], T]) -> T:
+    """``parse(text, str(path))`` of a pseudo file, computed once per tier cycle for every collector asking."""
+    cache = CYCLE_READS.get()
+    return parse(_read_file(path), str(path)) if cache is None else cache.parsed(path, parse)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent
 from nvdaemon.model import Kind, Sample, make_labels
-from nvdaemon.nvml import GpuIdentity, GpuLost, GpuSnapshot
+from nvdaemon.nvml import GpuIdentity, GpuLost, GpuSnapshot, device_name
 
 if TYPE_CHECKING:
     from nvdaemon.gpu import GpuRuntime
@@ -59,10 +59,6 @@ def decode_throttle(mask: int) -> dict[str, bool]:
     return {reason: bool(mask & bit) for reason, bit in THROTTLE_REASONS.items()}
 
 
-def device_of(index: int) -> str:
-    return f"gpu{index}"
-
-
 def gpu_labels(ident: GpuIdentity) -> dict[str, str]:
     return {"gpu_uuid": ident.uuid, "gpu_model": ident.name, "pci_bus_id": ident.pci_bus_id}
 
@@ -71,13 +67,12 @@ def gpu_samples(snap: GpuSnapshot, now: float) -> list[Sample]:
     """The samples of one GPU's snapshot; a reading NVML did not give has no sample."""
     base = gpu_labels(snap.identity)
     labels = make_labels(base)
-    device = device_of(snap.identity.index)
+    device = device_name(snap.identity.index)
     r = snap.readings
     out = []
     for reading, metric, kind, scale in _SIMPLE:
         if reading in r:
-            value = r[reading] * scale if scale != 1.0 else r[reading]
-            out.append(Sample(metric, device, value, kind, labels, "gpu", now))
+            out.append(Sample(metric, device, r[reading] * scale, kind, labels, "gpu", now))
     if "throttle_reasons" in r:
         for reason, active in decode_throttle(int(r["throttle_reasons"])).items():
             reason_labels = make_labels({**base, "reason": reason})
@@ -88,7 +83,7 @@ def gpu_samples(snap: GpuSnapshot, now: float) -> list[Sample]:
 
 @dataclass
 class _Lost:
-    identity: GpuIdentity
+    index: int
     error: str
 
 
@@ -109,7 +104,7 @@ class GpuCollector(Collector):
             try:
                 snap = rt.backend.snapshot(index)
             except GpuLost as exc:
-                results.append(_Lost(rt.identity(index), str(exc)))
+                results.append(_Lost(index, str(exc)))
                 continue
             results.append(snap)
             errors.extend(snap.errors)
@@ -121,12 +116,14 @@ class GpuCollector(Collector):
         samples: list[Sample] = []
         for item in gathered.data:
             if isinstance(item, _Lost):
-                rt.set_lost(item.identity, True, now, item.error)
+                rt.set_lost(rt.identity(item.index), True, now, item.error)
                 continue
             rt.learn(item.identity)
             rt.set_lost(rt.identity(item.identity.index), False, now)
             samples += gpu_samples(item, now)
         for (index, xid), n in sorted(rt.xid_counts.items()):
             labels = make_labels({**gpu_labels(rt.identity(index)), "xid": str(xid)})
-            samples.append(Sample("gpu_xid_errors_total", device_of(index), float(n), Kind.COUNTER, labels, "gpu", now))
+            samples.append(
+                Sample("gpu_xid_errors_total", device_name(index), float(n), Kind.COUNTER, labels, "gpu", now)
+            )
         return samples

@@ -16,6 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from nvdaemon.compat.node_exporter.family import label_text
+from nvdaemon.nvml import device_name
+
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
 
@@ -84,14 +87,6 @@ XID_AFTER = "DCGM_FI_DEV_DEC_UTIL"
 NO_ERROR = "No Error"
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(pairs: list[tuple[str, str]]) -> str:
-    return ",".join(f'{k}="{_escape(v)}"' for k, v in pairs)
-
-
 def render_dcgm(agent: Agent) -> bytes:
     """The dcgm-exporter exposition of the gpu tier's latest snapshot; empty unless ``dcgmCompat.enabled``."""
     rt = agent.gpu
@@ -100,11 +95,7 @@ def render_dcgm(agent: Agent) -> bytes:
     from nvdaemon.gpu.events import xid_description
 
     snap = agent.snapshots.get("gpu")
-    values: dict[tuple[str, str], float] = {}
-    if snap is not None:
-        for s in snap.samples:
-            if s.metric not in {"gpu_throttle_active", "gpu_xid_errors_total"}:
-                values[(s.device, s.metric)] = s.value
+    values = {(s.device, s.metric): s.value for s in snap.samples} if snap is not None else {}
     gpus = [rt.identities[i] for i in sorted(rt.identities)]
     identity = {
         g.index: [
@@ -122,8 +113,8 @@ def render_dcgm(agent: Agent) -> bytes:
     for name, kind, help_text, metric, fmt in FAMILIES:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         for g in gpus:
-            value = values.get((f"gpu{g.index}", metric), 0.0) if metric else 0.0
-            lines.append(f"{name}{{{_labels(identity[g.index])}}} {fmt(value)}")
+            value = values.get((device_name(g.index), metric), 0.0) if metric else 0.0
+            lines.append(f"{name}{{{label_text(identity[g.index])}}} {fmt(value)}")
         if name == XID_AFTER:
             xname, xkind, xhelp = XID_FAMILY
             lines += [f"# HELP {xname} {xhelp}", f"# TYPE {xname} {xkind}"]
@@ -131,5 +122,5 @@ def render_dcgm(agent: Agent) -> bytes:
                 xid = rt.last_xid.get(g.index, 0)
                 msg = xid_description(xid) if xid else NO_ERROR
                 pairs = [*identity[g.index], ("err_code", str(xid)), ("err_msg", msg)]
-                lines.append(f"{xname}{{{_labels(pairs)}}} {xid}")
+                lines.append(f"{xname}{{{label_text(pairs)}}} {xid}")
     return ("\n".join(lines) + "\n").encode()

@@ -6,10 +6,11 @@ all as client_golang renders them. Devices are labelled as that exporter labels 
 disks (``sda``) and the NVMe *controller* (``nvme0`` for ``nvme0n1``; a second namespace of the same controller is
 not repeated). Values come from the smart tier's latest snapshot (pySMART's parse of ``smartctl --all``).
 
-Rendered as text rather than through prometheus_client, which would rename its counters to ``*_total``. Because
-the names, types and HELP texts are smartctl_exporter's, ``promtool check metrics`` says about them exactly what it
-says about smartctl_exporter itself (counters without ``_total``, ``_count`` suffixes on a gauge and a counter, no
-HELP on ``smartctl_device_bytes_read``/``_written``); a drop-in must keep all of that.
+Rendered as text by the node_exporter surface's renderer (``family.render``, client_golang's text format) rather
+than through prometheus_client, which would rename its counters to ``*_total``. Because the names, types and HELP
+texts are smartctl_exporter's, ``promtool check metrics`` says about them exactly what it says about
+smartctl_exporter itself (counters without ``_total``, ``_count`` suffixes on a gauge and a counter, no HELP on
+``smartctl_device_bytes_read``/``_written``); a drop-in must keep all of that.
 
 Known differences, from reading smartctl's text output where smartctl_exporter reads its JSON:
 ``attribute_value_type="raw"`` is the leading integer of the printed raw value (identical for plain counters such as
@@ -23,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from nvdaemon.collectors.smart import DiskReport, controller_of, smart_collector
-from nvdaemon.compat.node_exporter.family import go_float
+from nvdaemon.collectors.smart import controller_of, smart_collector
+from nvdaemon.collectors.smart_report import DiskReport
+from nvdaemon.compat.node_exporter.family import Family, FamilyType, render
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
 Pairs = list[tuple[str, str]]
 
 # name -> (type, HELP), exactly as smartctl_exporter declares them.
-FAMILIES: dict[str, tuple[str, str]] = {
+FAMILIES: dict[str, tuple[FamilyType, str]] = {
     "smartctl_devices": ("gauge", "Number of devices configured or dynamically discovered"),
     "smartctl_device": ("gauge", "Device info"),
     "smartctl_device_smartctl_exit_status": ("gauge", "Exit status of smartctl on device"),
@@ -92,10 +94,6 @@ def flags_short(flags: int) -> str:
 
 def flags_long(flags: int) -> str:
     return ",".join(name for bit, _, name in FLAGS if flags & bit)
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def device_samples(label: str, r: DiskReport) -> Iterable[tuple[str, Pairs, float]]:
@@ -179,8 +177,8 @@ def device_samples(label: str, r: DiskReport) -> Iterable[tuple[str, Pairs, floa
 
 def render_reports(reports: Iterable[DiskReport], discovered: int) -> bytes:
     """The exposition text for these device reports (pure: no agent, no I/O)."""
-    rows: dict[str, list[tuple[Pairs, float]]] = {name: [] for name in FAMILIES}
-    rows["smartctl_devices"].append(([], discovered))
+    families = {name: Family(name, help_text, kind) for name, (kind, help_text) in FAMILIES.items()}
+    families["smartctl_devices"].add(discovered)
     seen: set[str] = set()
     for r in reports:
         label = controller_of(r.device)
@@ -188,17 +186,8 @@ def render_reports(reports: Iterable[DiskReport], discovered: int) -> bytes:
             continue
         seen.add(label)
         for family, pairs, value in device_samples(label, r):
-            rows[family].append((sorted(pairs), float(value)))
-    lines: list[str] = []
-    for name in sorted(rows):
-        if not rows[name]:
-            continue
-        kind, help_text = FAMILIES[name]
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        for pairs, value in sorted(rows[name], key=lambda row: row[0]):
-            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in pairs)
-            lines.append(f"{name}{{{labels}}} {go_float(value)}" if labels else f"{name} {go_float(value)}")
-    return ("\n".join(lines) + "\n").encode()
+            families[family].add(value, dict(pairs))
+    return render(families)
 
 
 def render_smartctl(agent: Agent) -> bytes:

@@ -117,22 +117,25 @@ async def open_gpu(agent: Agent, backend: NvmlBackend | None = None) -> GpuRunti
     """Open NVML when the gpu tier is configured; see the module docstring for what happens when it cannot be."""
     if "gpu" not in agent.loaded.tiers:
         return None
+
+    def start() -> tuple[NvmlBackend, list[GpuIdentity], str]:  # reads the scenario or imports pynvml: off the loop
+        chosen = backend or _backend_for(agent)
+        return chosen, chosen.open(), chosen.driver_version()
+
     try:
-        backend = backend or _backend_for(agent)
-        identities = await trio.to_thread.run_sync(backend.open)
+        opened, identities, driver = await trio.to_thread.run_sync(start)
     except NvmlUnavailable as exc:
         if not [t for t in agent.active_tiers() if t != "gpu"]:
             raise
         log.warning("skipping gpu tier: %s", exc)
         agent.skipped_tiers.add("gpu")
         return None
-    driver = await trio.to_thread.run_sync(backend.driver_version)
 
     def next_seq() -> int:  # the engine's sequence, so XIDs and rule events share one ordering
         agent.engine.seq += 1
         return agent.engine.seq
 
-    rt = GpuRuntime(backend, identities, node=agent.node, driver_version=driver, emit=agent.emit, next_seq=next_seq)
+    rt = GpuRuntime(opened, identities, node=agent.node, driver_version=driver, emit=agent.emit, next_seq=next_seq)
     agent.gpu = rt
     log.info("gpu: %d GPU(s), driver %s", len(identities), driver or "unknown")
     return rt

@@ -8,7 +8,7 @@ GSP), info where the fault is the application's (13, 31, 43, 45), warning for ev
 from __future__ import annotations
 
 from nvdaemon.model import Event, Phase, new_event_id
-from nvdaemon.nvml import GpuIdentity, XidNotice
+from nvdaemon.nvml import GpuIdentity, XidNotice, device_name
 from nvdaemon.sinks.nvsentinel_map import XID_CONDITION, XID_DESCRIPTIONS
 
 LOST_CONDITION = "gpu_lost"
@@ -24,10 +24,6 @@ def xid_severity(xid: int) -> str:
 
 def xid_description(xid: int) -> str:
     return XID_DESCRIPTIONS.get(xid, "unknown XID")
-
-
-def device_name(index: int) -> str:
-    return f"gpu{index}" if index >= 0 else "gpu"
 
 
 def xid_event(notice: XidNotice, ident: GpuIdentity, *, node: str, seq: int, now: float) -> Event:

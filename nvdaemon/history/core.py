@@ -79,6 +79,7 @@ WindowKey = tuple[SeriesKey, int]  # series, window end (unix seconds)
 
 
 def window_end(ts: float, interval: int) -> int:
+    """The end (unix seconds) of the window holding time ``ts``."""
     return (int(ts // interval) + 1) * interval
 
 
@@ -103,7 +104,7 @@ class Windows:
                 self.non_finite += 1
                 continue
             ts = s.timestamp or default_ts
-            key = ((s.metric, s.device, s.labels), (int(ts // interval) + 1) * interval)
+            key = ((s.metric, s.device, s.labels), (int(ts // interval) + 1) * interval)  # window_end, inlined
             acc = open_.get(key)
             if acc is None:
                 open_[key] = Acc(1, v, v, v)
@@ -118,9 +119,7 @@ class Windows:
         return done
 
     def take_all(self) -> list[tuple[WindowKey, Acc]]:
-        items = sorted(self.open.items(), key=lambda item: item[0][1])
-        self.open.clear()
-        return items
+        return self.take_complete(math.inf)
 
     def restore(self, items: Iterable[tuple[WindowKey, Acc]]) -> None:
         """Put windows back (a failed write, or windows in progress saved by the previous run)."""
@@ -156,11 +155,21 @@ def encode_point(acc: Acc, q: int) -> tuple[int, int, int]:
 
 
 def decode_point(t: int, a: int, dlo: int, dhi: int, q: int) -> Point:
-    return (EPOCH + t * 60, decode(a, q), decode(a - dlo, q), decode(a + dhi, q))
+    return (from_minutes(t), decode(a, q), decode(a - dlo, q), decode(a + dhi, q))
 
 
+# ---- stored times: whole minutes since EPOCH ------------------------------------------------------------------
 def to_minutes(unix: int) -> int:
     return (unix - EPOCH) // 60
+
+
+def first_minute(unix: int) -> int:
+    """The first stored minute stamped at or after ``unix`` (``to_minutes`` rounded up)."""
+    return -(-(unix - EPOCH) // 60)
+
+
+def from_minutes(t: int) -> int:
+    return EPOCH + t * 60
 
 
 # ---- re-downsampling ------------------------------------------------------------------------------------------
@@ -168,20 +177,17 @@ def downsample(points: Iterable[Point], step: int) -> Iterator[Point]:
     """Merge points (oldest first) into buckets of ``step`` seconds aligned on the epoch, each stamped at its end
     like the windows: the average of the averages, the minimum of the minima, the maximum of the maxima. A bucket
     without points gives nothing."""
-    bucket = None
-    n, total, lo, hi = 0, 0.0, 0.0, 0.0
-    for t, avg, mn, mx in points:
+    bucket, acc = 0, None
+    for t, avg, lo, hi in points:
         end = -(-t // step) * step
-        if end != bucket:
-            if bucket is not None:
-                yield (bucket, min(hi, max(lo, total / n)), lo, hi)
-            bucket, n, total, lo, hi = end, 0, 0.0, mn, mx
-        n += 1
-        total += avg
-        lo = min(lo, mn)
-        hi = max(hi, mx)
-    if bucket is not None:
-        yield (bucket, min(hi, max(lo, total / n)), lo, hi)
+        if acc is not None and end == bucket:
+            acc.merge(Acc(1, avg, lo, hi))
+            continue
+        if acc is not None:
+            yield (bucket, acc.avg, acc.lo, acc.hi)
+        bucket, acc = end, Acc(1, avg, lo, hi)
+    if acc is not None:
+        yield (bucket, acc.avg, acc.lo, acc.hi)
 
 
 def buckets_between(first: int, last: int, step: int | None) -> int:

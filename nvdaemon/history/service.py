@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from nvdaemon.bus import EventBus
 from nvdaemon.config import HistoryConfig
-from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist
+from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist, window_end
 from nvdaemon.sinks import Sink
 
 if TYPE_CHECKING:
@@ -85,8 +85,7 @@ class HistorySink(Sink):
             interval = self.windows.interval
             while True:
                 now = self.wall()
-                next_end = (int(now // interval) + 1) * interval
-                await trio.sleep(max(0.0, next_end + SETTLE_SECONDS - now))
+                await trio.sleep(max(0.0, window_end(now, interval) + SETTLE_SECONDS - now))
                 await self.flush()
         finally:
             grace = self.agent.loaded.config.shutdown_grace_seconds
@@ -95,7 +94,8 @@ class HistorySink(Sink):
                     await self.flush(final=True)
                 except Exception as exc:  # the stop goes on; the windows stay in memory for a restart
                     log.warning("history: final flush failed: %s", exc)
-                # Abandoned at the deadline, the close still runs once the thread before it is done.
+                # Past the deadline (a flush abandoned in its thread) this is cancelled before it starts: the
+                # connection then closes when that thread drops the last reference to the store.
                 await self._call(self._close, abandon=True)
             self.store = None
 
@@ -193,6 +193,7 @@ class HistorySink(Sink):
             "pointsWritten": self.points_written,
             "dbBytes": self.db_bytes,
             "openWindows": len(self.windows.open),
+            "skippedNonFinite": self.windows.non_finite,
             "flushes": self.flushes,
             "lastFlushAt": self.last_flush_at,
             "lastError": self.last_error,

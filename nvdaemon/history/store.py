@@ -17,15 +17,14 @@ import contextlib
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
 from nvdaemon.history.core import (
-    EPOCH,
     Acc,
     Point,
     SeriesKey,
@@ -35,6 +34,8 @@ from nvdaemon.history.core import (
     decode_point,
     downsample,
     encode_point,
+    first_minute,
+    from_minutes,
     quantum_for,
     to_minutes,
 )
@@ -45,7 +46,6 @@ log = logging.getLogger(__name__)
 
 FILE = "history.db"
 VERSION = 1
-T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS series (
@@ -134,9 +134,6 @@ class HistoryStore:
     def close(self) -> None:
         self.db.close()
 
-    def _tx(self, fn: Callable[[], T]) -> T:
-        return transaction(self.db, fn)
-
     def _series(self, key: SeriesKey) -> tuple[int, int]:
         known = self.ids.get(key)
         if known is not None:
@@ -170,7 +167,7 @@ class HistoryStore:
                 rows.append((sid, to_minutes(end), *encode_point(acc, q)))
             written = self.db.executemany(_UPSERT, rows).rowcount if rows else 0
             if prune_before is not None:
-                cutoff = -(-(prune_before - EPOCH) // 60)
+                cutoff = first_minute(prune_before)
                 self.db.executemany(
                     "DELETE FROM points WHERE s = ? AND t < ?", [(sid, cutoff) for sid, _ in self.ids.values()]
                 )
@@ -183,7 +180,7 @@ class HistoryStore:
             return max(written, 0)
 
         try:
-            return self._tx(work)
+            return transaction(self.db, work)
         except BaseException:
             self.ids = known  # series rows of a rolled-back transaction do not exist
             raise
@@ -197,7 +194,7 @@ class HistoryStore:
             self.db.execute("DELETE FROM pending")
             return [((by_id[s], w), Acc(n, total, lo, hi)) for s, w, n, total, lo, hi in rows if s in by_id]
 
-        return self._tx(work)
+        return transaction(self.db, work)
 
     # ---- reads ----------------------------------------------------------------------------------------------
     def query(self, metric: str, device: str | None, since: int | None, step: int | None, limit: int) -> QueryResult:
@@ -209,7 +206,7 @@ class HistoryStore:
             sql += " AND device = ?"
             args.append(device)
         chosen = self.db.execute(sql + " ORDER BY device, labels", args).fetchall()
-        t0 = -(2**62) if since is None else -(-(since - EPOCH) // 60)
+        t0 = -(2**62) if since is None else first_minute(since)
         spans = []
         total = 0
         for sid, *_ in chosen:
@@ -218,7 +215,7 @@ class HistoryStore:
             ).fetchone()
             spans.append(n)
             if n:
-                total += min(n, buckets_between(EPOCH + first * 60, EPOCH + last * 60, step))
+                total += min(n, buckets_between(from_minutes(first), from_minutes(last), step))
         if total > limit:
             raise TooManyPoints(total, limit)
         result = QueryResult()
@@ -253,13 +250,16 @@ def _newer(version: int) -> None:
 
 
 def quarantine_db(path: Path, why: str) -> None:
-    """Move a damaged database (and its WAL and shared-memory files) aside for a post-mortem."""
-    if path.exists():
-        quarantine(path, why)
+    """Move a damaged database (and its WAL and shared-memory files) aside for a post-mortem. The WAL goes beside
+    the moved copy under the name sqlite looks for (``history.db.corrupt-<time>-wal``), so opening that copy reads
+    it, and a later quarantine never overwrites an earlier one's."""
+    moved = quarantine(path, why) if path.exists() else None
     for suffix in ("-wal", "-shm"):
         extra = path.with_name(path.name + suffix)
         if extra.exists():
-            os.replace(extra, path.with_name(f"{path.name}{suffix}.corrupt"))
+            os.replace(
+                extra, path.with_name(f"{path.name}{suffix}.corrupt") if moved is None else Path(f"{moved}{suffix}")
+            )
 
 
 def open_store(path: Path) -> tuple[HistoryStore, bool]:

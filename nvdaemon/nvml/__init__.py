@@ -62,6 +62,11 @@ class GpuIdentity:
     pci_bus_id: str = ""
 
 
+def device_name(index: int) -> str:
+    """The agent's device name for a GPU (samples, events, dcgm lookups): ``gpu<index>``, ``gpu`` when unknown (-1)."""
+    return f"gpu{index}" if index >= 0 else "gpu"
+
+
 @dataclass
 class GpuSnapshot:
     identity: GpuIdentity
@@ -114,4 +119,5 @@ __all__ = [
     "NvmlFailure",
     "NvmlUnavailable",
     "XidNotice",
+    "device_name",
 ]

@@ -66,7 +66,6 @@ class FakeNvml:
         self._cond = threading.Condition()
         self._pending: list[XidNotice] = []
         self._registered: set[int] | None = None
-        self.opened = False
 
     def _record(self, what: str) -> None:
         with self._cond:
@@ -77,7 +76,6 @@ class FakeNvml:
         self._record("open")
         if self._init_error:
             raise NvmlUnavailable(f"nvmlInit: {self._init_error}")
-        self.opened = True
         return list(self.identities)
 
     def driver_version(self) -> str:
@@ -85,7 +83,6 @@ class FakeNvml:
 
     def close(self) -> None:
         self._record("close")
-        self.opened = False
 
     # ---- replay -------------------------------------------------------------------------------------------------
     def device_count(self) -> int:

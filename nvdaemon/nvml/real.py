@@ -6,13 +6,13 @@ older than the binding) omit that reading; GPU_IS_LOST raises ``GpuLost``; any o
 snapshot's ``errors`` and the other readings are kept.
 
 Not thread-confined: NVML is thread-safe, and the callers run each method in a worker thread under the GPU
-runtime's limiter. The XID wait (``nvmlEventSetWait_v2``) blocks its thread for at most ``timeout_ms``.
+runtime's limiter. The XID wait (``nvmlEventSetWait_v2``) blocks its thread for at most ``timeout_ms``; the XID
+source opens and frees the event set around its waits, never during one, so no lock guards it.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -42,7 +42,6 @@ class RealNvml:
         self._identities: dict[int, GpuIdentity] = {}
         self._event_set: Any = None
         self._registered: list[int] = []
-        self._lock = threading.Lock()  # guards the event set against a close racing a wait
 
     # ---- error classification -----------------------------------------------------------------------------------
     def _code(self, exc: BaseException) -> int | None:
@@ -59,6 +58,12 @@ class RealNvml:
             return fn()
         except self.lib.NVMLError as exc:
             return self._failed(snap, what, exc)
+
+    def _put(self, snap: GpuSnapshot, key: str, fn: Callable[[], Any], what: str = "") -> None:
+        """One reading from one NVML call (``what`` names it in errors, the reading's name by default)."""
+        value = self._call(snap, what or key, fn)
+        if value is not None:
+            snap.readings[key] = float(value)
 
     def _failed(self, snap: GpuSnapshot, what: str, exc: BaseException) -> None:
         """A reading NVML did not give: omitted, listed as an error, or the GPU is lost."""
@@ -144,44 +149,27 @@ class RealNvml:
         util = self._call(snap, "utilization", lambda: lib.nvmlDeviceGetUtilizationRates(handle))
         if util is not None:
             r["utilization_gpu"], r["utilization_memory"] = float(util.gpu), float(util.memory)
-        enc = self._call(snap, "encoder", lambda: lib.nvmlDeviceGetEncoderUtilization(handle))
-        if enc is not None:
-            r["encoder_util"] = float(enc[0])
-        dec = self._call(snap, "decoder", lambda: lib.nvmlDeviceGetDecoderUtilization(handle))
-        if dec is not None:
-            r["decoder_util"] = float(dec[0])
+        self._put(snap, "encoder_util", lambda: lib.nvmlDeviceGetEncoderUtilization(handle)[0], "encoder")
+        self._put(snap, "decoder_util", lambda: lib.nvmlDeviceGetDecoderUtilization(handle)[0], "decoder")
         self._memory(snap, handle)
-        temp = self._call(snap, "temperature", lambda: lib.nvmlDeviceGetTemperature(handle, lib.NVML_TEMPERATURE_GPU))
-        if temp is not None:
-            r["temperature_gpu"] = float(temp)
+        temp_gpu = lib.NVML_TEMPERATURE_GPU
+        self._put(snap, "temperature_gpu", lambda: lib.nvmlDeviceGetTemperature(handle, temp_gpu), "temperature")
         mem_temp = self._field(snap, handle, lib.NVML_FI_DEV_MEMORY_TEMP, "memory temperature")
         if mem_temp is not None:
             r["temperature_memory"] = mem_temp
-        power = self._call(snap, "power", lambda: lib.nvmlDeviceGetPowerUsage(handle))
-        if power is not None:
-            r["power_usage_mw"] = float(power)
-        energy = self._call(snap, "energy", lambda: lib.nvmlDeviceGetTotalEnergyConsumption(handle))
-        if energy is not None:
-            r["total_energy_mj"] = float(energy)
-        sm = self._call(snap, "sm clock", lambda: lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM))
-        if sm is not None:
-            r["clock_sm_mhz"] = float(sm)
-        mem = self._call(snap, "memory clock", lambda: lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_MEM))
-        if mem is not None:
-            r["clock_mem_mhz"] = float(mem)
+        self._put(snap, "power_usage_mw", lambda: lib.nvmlDeviceGetPowerUsage(handle), "power")
+        self._put(snap, "total_energy_mj", lambda: lib.nvmlDeviceGetTotalEnergyConsumption(handle), "energy")
+        self._put(snap, "clock_sm_mhz", lambda: lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_SM), "sm clock")
+        self._put(snap, "clock_mem_mhz", lambda: lib.nvmlDeviceGetClockInfo(handle, lib.NVML_CLOCK_MEM), "memory clock")
         reasons = self._throttle(snap, handle)
         if reasons is not None:
             r["throttle_reasons"] = float(reasons)
-        for key, error_type in (
-            ("ecc_corrected_aggregate", lib.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-            ("ecc_uncorrected_aggregate", lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-        ):
-            count = self._ecc(snap, key, handle, error_type)
-            if count is not None:
-                r[key] = float(count)
-        replay = self._call(snap, "pcie replay", lambda: lib.nvmlDeviceGetPcieReplayCounter(handle))
-        if replay is not None:
-            r["pcie_replay"] = float(replay)
+        # aggregate ECC counters: the volatile ones reset on every driver reload
+        ecc, aggregate = lib.nvmlDeviceGetTotalEccErrors, lib.NVML_AGGREGATE_ECC
+        corrected, uncorrected = lib.NVML_MEMORY_ERROR_TYPE_CORRECTED, lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        self._put(snap, "ecc_corrected_aggregate", lambda: ecc(handle, corrected, aggregate))
+        self._put(snap, "ecc_uncorrected_aggregate", lambda: ecc(handle, uncorrected, aggregate))
+        self._put(snap, "pcie_replay", lambda: lib.nvmlDeviceGetPcieReplayCounter(handle), "pcie replay")
         rows = self._call(snap, "remapped rows", lambda: lib.nvmlDeviceGetRemappedRows(handle))
         if rows is not None:
             corr, unc, pending, failure = rows
@@ -190,11 +178,6 @@ class RealNvml:
             r["remapped_rows_pending"] = float(pending)
             r["remapped_rows_failure"] = float(failure)
         return snap
-
-    def _ecc(self, snap: GpuSnapshot, what: str, handle: Any, error_type: int) -> Any:
-        lib = self.lib  # aggregate counters: the volatile ones reset on every driver reload
-        counter = lib.NVML_AGGREGATE_ECC
-        return self._call(snap, what, lambda: lib.nvmlDeviceGetTotalEccErrors(handle, error_type, counter))
 
     def _memory(self, snap: GpuSnapshot, handle: Any) -> None:
         lib = self.lib
@@ -268,8 +251,7 @@ class RealNvml:
                 registered.append(index)
             except lib.NVMLError as exc:
                 problems.append(f"gpu{index}: XID events not registered: {exc}")
-        with self._lock:
-            self._event_set, self._registered = event_set, registered
+        self._event_set, self._registered = event_set, registered
         return problems
 
     def xid_registered(self) -> int:
@@ -296,8 +278,7 @@ class RealNvml:
         return [XidNotice(index, int(data.eventData))]
 
     def xid_close(self) -> None:
-        with self._lock:
-            event_set, self._event_set, self._registered = self._event_set, None, []
+        event_set, self._event_set, self._registered = self._event_set, None, []
         if event_set is not None:
             try:
                 self.lib.nvmlEventSetFree(event_set)

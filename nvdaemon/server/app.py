@@ -22,6 +22,7 @@ from werkzeug.exceptions import HTTPException
 
 from nvdaemon.server import history_routes, stream_routes
 from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
+from nvdaemon.server.responses import json_response
 from nvdaemon.server.state import state_document
 
 if TYPE_CHECKING:
@@ -47,9 +48,6 @@ def build_app(agent: Agent) -> QuartTrio:
     app.config["BODY_TIMEOUT"] = max(1, round(agent.loaded.config.server.header_timeout_seconds))
     metrics = MetricsCache(agent)
     token = read_token(agent.loaded.config.server.api_token_file)
-
-    def json_response(body: dict[str, Any], status: int) -> Response:
-        return Response(_json(body), status=status, content_type="application/json")
 
     def authorized(path: str, given: str) -> bool:
         if token is None or not path.startswith("/v1/"):
@@ -101,12 +99,6 @@ def build_app(agent: Agent) -> QuartTrio:
     stream_routes.register(app, agent)
     history_routes.register(app, agent)
     return app
-
-
-def _json(body: dict[str, Any]) -> bytes:
-    import msgspec
-
-    return msgspec.json.encode(body)
 
 
 class _HypercornConfig(HypercornConfig):

@@ -11,21 +11,17 @@ bucket). 400 names the bad parameter; 413 when the answer would exceed 200,000 p
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import msgspec
 from quart import Response, request
 from quart_trio import QuartTrio
 
 from nvdaemon.history.core import MAX_POINTS, ParamError, TooManyPoints, check_metric, parse_query
 from nvdaemon.history.service import HistorySink, Unavailable
+from nvdaemon.server.responses import json_response, query_lists
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
-
-
-def _json(body: dict[str, Any], status: int) -> Response:
-    return Response(msgspec.json.encode(body), status=status, content_type="application/json")
 
 
 def register(app: QuartTrio, agent: Agent) -> None:
@@ -33,20 +29,21 @@ def register(app: QuartTrio, agent: Agent) -> None:
     async def history(metric: str) -> Response:
         sink = agent.sinks.get("history")
         if not isinstance(sink, HistorySink):
-            return _json({"error": "history disabled"}, 404)
+            return json_response({"error": "history disabled"}, 404)
         try:
             check_metric(metric)
-            q = parse_query({key: request.args.getlist(key) for key in request.args}, now=time.time())
+            q = parse_query(query_lists(request.args), now=time.time())
         except ParamError as exc:
-            return _json({"error": "bad request", "parameter": exc.param, "detail": str(exc)}, 400)
+            return json_response({"error": "bad request", "parameter": exc.param, "detail": str(exc)}, 400)
         try:
             result = await sink.query(metric, q, MAX_POINTS)
         except Unavailable:
-            return _json({"error": "history store not open yet"}, 503)
+            return json_response({"error": "history store not open yet"}, 503)
         except TooManyPoints as exc:
             hint = "narrow range=, pick one device=, or re-downsample with a larger step= (e.g. step=1h or step=1d)"
-            return _json({"error": "too many points", "points": exc.points, "limit": exc.limit, "hint": hint}, 413)
-        return _json(
+            body = {"error": "too many points", "points": exc.points, "limit": exc.limit, "hint": hint}
+            return json_response(body, 413)
+        return json_response(
             {
                 "metric": metric,
                 "node": agent.node,

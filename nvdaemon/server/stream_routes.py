@@ -12,13 +12,14 @@ Close codes: 1013 when the client fell more than ``clientQueue`` events behind, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
 from quart import Response, request, websocket
 from quart_trio import QuartTrio
 
+from nvdaemon.server.responses import json_response, query_lists
 from nvdaemon.sinks.stream import CLOSE_GOING_AWAY, Client, Cursor, FilterError, Filters, Refused, Replay, StreamHub
 
 if TYPE_CHECKING:
@@ -29,14 +30,6 @@ FLUSH_ON_SHUTDOWN_SECONDS = 1.0  # events still queued for a client when the age
 # An application-level keepalive. ASGI gives the application no way to send ping frames, and hypercorn's own ping
 # task (websocket_ping_interval) outlives each connection by up to one interval, holding up the agent's shutdown.
 PING = '{"type":"ping"}'
-
-
-def _json(body: dict[str, Any], status: int) -> Response:
-    return Response(msgspec.json.encode(body), status=status, content_type="application/json")
-
-
-def _query(args: Any) -> dict[str, list[str]]:
-    return {key: args.getlist(key) for key in args}
 
 
 def register(app: QuartTrio, agent: Agent) -> None:
@@ -51,11 +44,11 @@ def register(app: QuartTrio, agent: Agent) -> None:
     async def events_json() -> Response:
         h = hub()
         if h is None:
-            return _json({"error": "event stream disabled"}, 404)
+            return json_response({"error": "event stream disabled"}, 404)
         try:
-            filters, cursor = parse(_query(request.args), h.config.buffer_size)
+            filters, cursor = parse(query_lists(request.args), h.config.buffer_size)
         except FilterError as exc:
-            return _json({"error": "bad request", "detail": str(exc)}, 400)
+            return json_response({"error": "bad request", "detail": str(exc)}, 400)
         if cursor.since is None and not cursor.replay:
             cursor = Cursor(replay=h.config.buffer_size)
         replay = h.snapshot(filters, cursor)
@@ -69,15 +62,15 @@ def register(app: QuartTrio, agent: Agent) -> None:
     async def events_ws() -> Response | None:
         h = hub()
         if h is None:
-            return _json({"error": "event stream disabled"}, 404)
+            return json_response({"error": "event stream disabled"}, 404)
         try:
-            filters, cursor = parse(_query(websocket.args), h.config.buffer_size)
+            filters, cursor = parse(query_lists(websocket.args), h.config.buffer_size)
         except FilterError as exc:
-            return _json({"error": "bad request", "detail": str(exc)}, 400)
+            return json_response({"error": "bad request", "detail": str(exc)}, 400)
         try:
             client, replay = h.connect(filters, cursor)
         except Refused:
-            return _json({"error": "too many stream clients"}, 503)
+            return json_response({"error": "too many stream clients"}, 503)
         try:
             await websocket.accept()
             await _pump(client, replay, cursor, agent.loaded.config.sinks.stream.ping_seconds)

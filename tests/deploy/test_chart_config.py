@@ -4,6 +4,7 @@ environment its pod would have, and the chart offers no key the agent's config s
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import os
 import subprocess
@@ -19,11 +20,8 @@ import yaml
 
 from nvdaemon import config as agent_config
 from nvdaemon.compat.node_exporter.options import DEFAULTS as NODE_EXPORTER_DEFAULTS
-from tests.deploy import helm
 from tests.deploy.helm import CHART, Doc, Rendered, agent, render
 from tests.deploy.matrix import MATRIX, NODE_EXPORTER, TEXTFILE_DIR
-
-pytestmark = pytest.mark.skipif(helm.helm_path() is None, reason="helm not found: run scripts/fetch-helm")
 
 NVDAEMON = str(Path(sys.executable).parent / "nvdaemon")
 EXTERNAL_SECRET = "whsec_" + base64.b64encode(b"a secret from a Secret we did not render").decode()
@@ -68,7 +66,7 @@ def test_every_rendered_config_passes_check_config(case: str, tmp_path: Path) ->
         path = tmp_path / f"{component}.yaml"
         path.write_text(text)
         jobs.append((component, path, pod_env(rendered, ds), parsed))
-    assert jobs or case == "none"
+    assert jobs, f"{case}: renders no DaemonSet"
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(lambda job: check_config(job[1], job[2]), jobs))
     for (component, path, _, parsed), proc in zip(jobs, results, strict=True):
@@ -107,38 +105,116 @@ def _fields(struct: type[msgspec.Struct]) -> set[str]:
     return {f.encode_name for f in msgspec.structs.fields(struct)}
 
 
-def _props(schema: dict[str, Any], *path: str) -> set[str]:
+def _node(schema: dict[str, Any], *path: str) -> dict[str, Any]:
     node = schema
     for key in path:
         node = node[key]
     if "$ref" in node:
         node = schema["definitions"][node["$ref"].rpartition("/")[2]]
-    return set(node["properties"])
+    return node
 
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
-CHART_ONLY = {"existingSecret"}  # webhooks[].existingSecret: rendered as an env reference, not a config key
+_JSON_TYPES: dict[type[msgspec.inspect.Type], str] = {
+    msgspec.inspect.StrType: "string",
+    msgspec.inspect.BoolType: "boolean",
+    msgspec.inspect.IntType: "integer",
+    msgspec.inspect.FloatType: "number",
+    msgspec.inspect.LiteralType: "string",
+    msgspec.inspect.ListType: "array",
+    msgspec.inspect.DictType: "object",
+    msgspec.inspect.StructType: "object",
+}
 
 
-@pytest.mark.parametrize(
-    ("schema_path", "struct"),
-    [
-        (("properties", "smart"), agent_config.SmartConfig),
-        (("properties", "gpu"), agent_config.GpuConfig),
-        (("properties", "history"), agent_config.HistoryConfig),
-        (("properties", "rules", "items"), agent_config.Rule),
-        (("definitions", "rule", "properties", "nvsentinel"), agent_config.RuleNvsentinel),
-        (("properties", "webhooks", "items"), agent_config.WebhookSink),
-        (("properties", "nodeExporter"), agent_config.NodeExporterConfig),
-        (("properties", "nodeExporter", "properties", "diskstats"), agent_config.NodeDiskstatsOptions),
-        (("properties", "nodeExporter", "properties", "filesystem"), agent_config.NodeFilesystemOptions),
-        (("properties", "nodeExporter", "properties", "netdev"), agent_config.NodeNetdevOptions),
-        (("properties", "nodeExporter", "properties", "hwmon"), agent_config.NodeHwmonOptions),
-    ],
-)
-def test_schema_offers_only_keys_the_agent_knows(schema_path: tuple[str, ...], struct: type[msgspec.Struct]) -> None:
-    offered = _props(SCHEMA, *schema_path) - CHART_ONLY
+def _drift(node: dict[str, Any], struct: type[msgspec.Struct], keys: set[str]) -> list[str]:
+    """How the schema's properties ``keys`` of ``node`` disagree with the agent's fields of the same names: a JSON type
+    other than the field's, values the field's Literal does not allow, a bound other than its ge/gt, or a field the
+    agent requires that the schema does not. Empty when the chart accepts what the agent accepts (enums may be
+    narrower: gpu.backend leaves out the test-only fake)."""
+    info = msgspec.inspect.type_info(struct)
+    assert isinstance(info, msgspec.inspect.StructType)
+    fields = {f.encode_name: f for f in info.fields}
+    problems = []
+    for key in sorted(keys):
+        prop, field_type = node["properties"][key], fields[key].type
+        optional = False
+        if isinstance(field_type, msgspec.inspect.UnionType):  # X | None: the schema offers X, or X and null
+            optional = True
+            (field_type,) = [t for t in field_type.types if not isinstance(t, msgspec.inspect.NoneType)]
+        json_type = _JSON_TYPES[type(field_type)]
+        if "$ref" not in prop and prop.get("type") not in (json_type, [json_type, "null"] if optional else json_type):
+            problems.append(f"{key}: type {prop.get('type')}, the agent's {json_type}")
+        value_type = field_type.value_type if isinstance(field_type, msgspec.inspect.DictType) else None
+        for schema_value, agent_type in ((prop, field_type), (prop.get("additionalProperties"), value_type)):
+            if isinstance(agent_type, msgspec.inspect.LiteralType):
+                enum = (schema_value or {}).get("enum")
+                if enum is None or not set(enum) <= set(agent_type.values):
+                    problems.append(f"{key}: enum {enum}, the agent's {sorted(map(str, agent_type.values))}")
+        if isinstance(field_type, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+            bounds = (prop.get("minimum"), prop.get("exclusiveMinimum"))
+            if bounds != (field_type.ge, field_type.gt):
+                problems.append(
+                    f"{key}: minimum/exclusiveMinimum {bounds}, the agent's ge/gt {field_type.ge, field_type.gt}"
+                )
+    required = {f.encode_name for f in info.fields if f.required} - set(node.get("required", []))
+    problems += [f"{key}: required by the agent, optional in the schema" for key in sorted(required)]
+    return problems
+
+
+# A values section, the agent's config struct it is rendered into, and its chart-only keys (rendered into the pod
+# spec, not the config: a Secret reference, the socket's host directory, the projected token).
+SECTIONS: list[tuple[tuple[str, ...], type[msgspec.Struct], set[str]]] = [
+    (("properties", "smart"), agent_config.SmartConfig, set()),
+    (("properties", "gpu"), agent_config.GpuConfig, set()),
+    (("properties", "history"), agent_config.HistoryConfig, set()),
+    (("properties", "rules", "items"), agent_config.Rule, set()),
+    (("definitions", "rule", "properties", "nvsentinel"), agent_config.RuleNvsentinel, set()),
+    (("properties", "webhooks", "items"), agent_config.WebhookSink, {"existingSecret"}),
+    (
+        ("properties", "nvsentinel"),
+        agent_config.NvsentinelSink,
+        {"socketHostPath", "socketName", "tokenAudience", "tokenExpirationSeconds"},
+    ),
+    (("properties", "nodeExporter"), agent_config.NodeExporterConfig, set()),
+    (("properties", "nodeExporter", "properties", "diskstats"), agent_config.NodeDiskstatsOptions, set()),
+    (("properties", "nodeExporter", "properties", "filesystem"), agent_config.NodeFilesystemOptions, set()),
+    (("properties", "nodeExporter", "properties", "netdev"), agent_config.NodeNetdevOptions, set()),
+    (("properties", "nodeExporter", "properties", "hwmon"), agent_config.NodeHwmonOptions, set()),
+    (("properties", "dcgmCompat"), agent_config.Toggle, set()),
+    (("properties", "smartctlCompat"), agent_config.Toggle, set()),
+]
+
+
+@pytest.mark.parametrize(("schema_path", "struct", "chart_only"), SECTIONS, ids=[".".join(s[0]) for s in SECTIONS])
+def test_schema_offers_only_keys_the_agent_knows(
+    schema_path: tuple[str, ...], struct: type[msgspec.Struct], chart_only: set[str]
+) -> None:
+    node = _node(SCHEMA, *schema_path)
+    offered = set(node["properties"]) - chart_only
     assert offered <= _fields(struct), f"{'.'.join(schema_path)}: the agent does not know {offered - _fields(struct)}"
+    assert chart_only <= set(node["properties"]), "a chart-only key the schema no longer has"
+    assert _drift(node, struct, offered) == []
+
+
+def test_schema_top_level_agent_keys_match_the_agent() -> None:
+    """The top-level values copied into the config as they are (the rest of the top level is the chart's own)."""
+    assert _drift(SCHEMA, agent_config.Config, {"intervalSeconds", "shutdownGraceSeconds"}) == []
+
+
+def test_drift_check_is_not_vacuous() -> None:
+    """A schema that lets through what the agent rejects, or rejects what it accepts, fails the check above."""
+    bad = copy.deepcopy(SCHEMA)
+    smart = bad["properties"]["smart"]["properties"]
+    smart["maxConcurrent"].pop("minimum")  # 0 passes helm, fails the agent
+    smart["intervalSeconds"]["type"] = "integer"  # 7.5 fails helm, passes the agent
+    rule = bad["definitions"]["rule"]
+    rule["properties"]["severity"]["enum"].append("fatal")
+    rule["required"].remove("metric")
+    problems = _drift(_node(bad, "properties", "smart"), agent_config.SmartConfig, {"maxConcurrent", "intervalSeconds"})
+    assert [p.partition(":")[0] for p in problems] == ["intervalSeconds", "maxConcurrent"]
+    problems = _drift(_node(bad, "definitions", "rule"), agent_config.Rule, {"severity"})
+    assert [p.partition(":")[0] for p in problems] == ["severity", "metric"]
 
 
 def test_values_sections_rendered_as_they_are_are_config_keys() -> None:

@@ -4,16 +4,15 @@ test platform-connector as an NvdaemonGpuXidError node condition."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.gpu.conftest import XID79
-from tests.nvsentinel.conftest import TOKEN
 from tests.nvsentinel.connector import FakeConnector
-from tests.test_e2e import ROOT, Agent, free_port, wait_for
+from tests.nvsentinel.e2e import agent_with_connector
+from tests.test_e2e import Agent, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -33,25 +32,7 @@ sinks:
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[tuple[Agent, FakeConnector]]:
-    host = tmp_path / "host"
-    shutil.copytree(ROOT / "fixtures" / "hosts" / "healthy", host, symlinks=True)
-    boot = host / "proc" / "sys" / "kernel" / "random" / "boot_id"
-    boot.parent.mkdir(parents=True, exist_ok=True)
-    boot.write_text("11111111-2222-4333-8444-555555555555\n")
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    socket = tmp_path / "pc.sock"
-    config = tmp_path / "config.yaml"
-    config.write_text(
-        CONFIG.format(state=tmp_path / "state", port=free_port(), scenario=XID79, socket=socket, token=token)
-    )
-    connector = FakeConnector(socket, "fixture-node", token).start()
-    agent = Agent(tmp_path, host, config)
-    yield agent, connector
-    if agent.proc is not None and agent.proc.poll() is None:
-        agent.proc.kill()
-        agent.proc.wait()
-    connector.stop()
+    yield from agent_with_connector(tmp_path, "healthy", CONFIG, scenario=XID79)
 
 
 def test_gpu_samples_xid_event_lost_gpu_and_nvsentinel_condition(setup: tuple[Agent, FakeConnector]) -> None:

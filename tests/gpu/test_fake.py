@@ -83,7 +83,7 @@ def test_every_sample_and_label_of_a_healthy_8_gpu_node() -> None:
         "gpu_uuid": "GPU-3e6f7b54-a085-4c3d-8f4b-8d9e0f1a2b34",
         "pci_bus_id": "00000000:5D:00.0",
     }
-    assert temp.value == 41 + 9 % 7
+    assert temp.value == 43
     assert of(samples, "gpu0", "gpu_power_watts")[0].value == pytest.approx(612.345)
     assert of(samples, "gpu0", "gpu_energy_joules_total")[0].value == pytest.approx(184467440.737)
     assert of(samples, "gpu0", "gpu_mem_total_bytes")[0].value == 85520809984

@@ -14,9 +14,9 @@ import pynvml  # type: ignore[import-untyped]
 import pytest
 
 from nvdaemon.collectors.gpu import THROTTLE_REASONS
-from nvdaemon.nvml import GpuIdentity, GpuLost, NvmlUnavailable, XidNotice
+from nvdaemon.nvml import GpuIdentity, GpuLost, NvmlFailure, NvmlUnavailable, XidNotice
 from nvdaemon.nvml.real import RealNvml
-from tests.gpu.recorder import FUNCTIONS, Handle, RecordingNvml
+from tests.gpu.recorder import FUNCTIONS, RecordingNvml
 from tests.test_e2e import ROOT, free_port
 from tests.test_e2e import Agent as Proc
 
@@ -139,9 +139,13 @@ def test_xid_registration_is_masked_by_supported_types_then_wait_and_free() -> N
     assert lib.calls[-1] == ("nvmlEventSetWait_v2", es, 1000)
     lib.event_queue.append((0, 79))
     assert backend.xid_wait(1000) == [XidNotice(0, 79)]
+    assert ("nvmlDeviceGetIndex", lib.handles[0]) in lib.calls  # the notice's GPU is NVML's index of the handle
     backend.xid_close()
     assert lib.calls[-1:] == [("nvmlEventSetFree", es)]
-    assert isinstance(lib.handles[0], Handle)
+    assert backend.xid_registered() == 0
+    with pytest.raises(NvmlFailure, match="without an event set"):
+        backend.xid_wait(1000)  # freed: a wait after close is an error, never a call on a freed set
+    assert [c for c in lib.calls if c[0] == "nvmlEventSetWait_v2"] == [("nvmlEventSetWait_v2", es, 1000)] * 2
 
 
 def test_nvml_init_failure_is_unavailable() -> None:
@@ -186,8 +190,7 @@ def test_real_nvml_missing_mixed_process_keeps_core_gpu_only_process_exits_1(tmp
         assert agent.get("/healthz")[0] == 200
         assert agent.stop()[0] == 0
     finally:
-        if agent.proc is not None and agent.proc.poll() is None:
-            agent.proc.kill()
+        agent.kill()
     log = (tmp_path / "agent.log").read_text()
     assert log.count("skipping gpu tier") == 1 and "NVML Shared Library Not Found" in log
 

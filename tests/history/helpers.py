@@ -1,8 +1,13 @@
-"""Shared helpers: an agent with history enabled, a settable wall clock, snapshots with chosen timestamps."""
+"""Shared helpers: an agent with history enabled, a settable wall clock, a sink's task running, snapshots with
+chosen timestamps."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+
+import trio
 
 from nvdaemon.app import Agent
 from nvdaemon.config import parse_config
@@ -30,6 +35,15 @@ def make_agent(tmp_path: Path, history: str = "{enabled: true}", extra: str = ""
 
 def make_sink(agent: Agent, wall: Wall) -> HistorySink:
     return HistorySink(agent, agent.loaded.config.history, wall=wall)
+
+
+@asynccontextmanager
+async def serving(sink: HistorySink) -> AsyncIterator[HistorySink]:
+    """The sink's task running (its store open) for the body, then stopped as SIGTERM or a reload stops it."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sink.serve)
+        yield sink
+        nursery.cancel_scope.cancel()
 
 
 def snap(*samples: tuple[str, str, float, float]) -> TierSnapshot:

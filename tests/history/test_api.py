@@ -21,6 +21,7 @@ from nvdaemon.history.core import EPOCH, MAX_POINTS, Acc, quantum_for
 from nvdaemon.history.service import HistorySink
 from nvdaemon.history.store import _UPSERT, HistoryStore
 from nvdaemon.server.app import build_app
+from nvdaemon.sqlitetx import transaction
 from nvdaemon.supervise import Supervisor
 from tests.history.helpers import Wall, make_agent, snap
 
@@ -106,8 +107,8 @@ async def test_step(agent: Agent) -> None:
     pts = doc["series"][0]["points"]
     assert doc["step"] == 3600 and all(p[0] % 3600 == 0 for p in pts)
     assert 48 <= len(pts) <= 49
-    whole_hours = [p for p in pts[1:-1]]  # full buckets: the 12 distinct values 40..51 of gpu0
-    assert all(p[2] == 40.0 and p[3] == 51.0 and p[1] == 45.5 for p in whole_hours)
+    whole_hours = pts[1:-1]  # full buckets: the 12 distinct values 40..51 of gpu0
+    assert whole_hours and all(p[2] == 40.0 and p[3] == 51.0 and p[1] == 45.5 for p in whole_hours)
 
 
 async def test_device_and_node(agent: Agent) -> None:
@@ -162,9 +163,9 @@ async def test_more_than_the_limit_is_413_with_a_hint(agent: Agent) -> None:
         sid, _ = store._series(("gpu_utilization_pct", "gpu0", ()))
         start = (NOW - EPOCH) // 60 - MAX_POINTS
         a = round(50 * -quantum_for("gpu_utilization_pct"))
-        store.db.execute("BEGIN")
-        store.db.executemany(_UPSERT, ((sid, start + m, a, 0, 0) for m in range(MAX_POINTS + 1)))
-        store.db.execute("COMMIT")
+        transaction(
+            store.db, lambda: store.db.executemany(_UPSERT, ((sid, start + m, a, 0, 0) for m in range(MAX_POINTS + 1)))
+        )
 
     await trio.to_thread.run_sync(bulk, limiter=sink.limiter)
     status, doc = await get(agent, "/v1/history/gpu_utilization_pct")

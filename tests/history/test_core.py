@@ -135,6 +135,10 @@ def test_downsample_properties(raw: list[tuple[int, float]], k: int) -> None:
     out = list(downsample(pts, step))
     assert [p[0] for p in out] == sorted({-(-p[0] // step) * step for p in pts})
     assert all(lo <= avg <= hi for _, avg, lo, hi in out)
+    for end, avg, lo, hi in out:  # each bucket: mean of the averages, min of the minima, max of the maxima
+        inside = [p for p in pts if end - step < p[0] <= end]
+        assert avg == pytest.approx(sum(p[1] for p in inside) / len(inside), rel=1e-9, abs=1e-6)
+        assert (lo, hi) == (min(p[2] for p in inside), max(p[3] for p in inside))
     if pts:
         assert min(p[2] for p in out) == min(p[2] for p in pts)
         assert max(p[3] for p in out) == max(p[3] for p in pts)

@@ -15,7 +15,7 @@ from nvdaemon.history.core import Query
 from nvdaemon.history.service import HistorySink
 from nvdaemon.history.store import HistoryStore
 from nvdaemon.supervise import Supervisor
-from tests.history.helpers import T0, Wall, make_agent, make_sink, snap, temps
+from tests.history.helpers import T0, Wall, make_agent, make_sink, serving, snap, temps
 
 ALL = Query(None, None, None, None)
 
@@ -29,8 +29,7 @@ async def test_loop_writes_each_window_after_it_ends(tmp_path: Path, autojump_cl
     agent = make_agent(tmp_path)
     base = T0 - trio.current_time()
     sink = HistorySink(agent, agent.loaded.config.history, wall=lambda: base + trio.current_time())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(sink.serve)
+    async with serving(sink):
         sink.ingest(temps("gpu0", (40.0, T0 + 1), (60.0, T0 + 100)))
         sink.ingest(temps("gpu0", (10.0, T0 + 301)))
         await trio.sleep(299)
@@ -48,34 +47,29 @@ async def test_loop_writes_each_window_after_it_ends(tmp_path: Path, autojump_cl
             (T0 + 600, 10.0, 10.0, 10.0),
             (T0 + 1500, 30.0, 30.0, 30.0),
         ]
-        nursery.cancel_scope.cancel()
 
 
 async def test_graceful_restart_mid_window_keeps_the_window(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     wall = Wall(T0 + 120)
     first = make_sink(agent, wall)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(first.serve)
+    async with serving(first):
         first.ingest(temps("gpu0", (40.0, T0 + 10), (60.0, T0 + 110)))
-        nursery.cancel_scope.cancel()  # SIGTERM, reload or a task restart: the final flush saves the window
+    # Stopped as SIGTERM, a reload or a task restart stops it: the final flush saved the window in progress.
     assert first.store is None and first.windows.open == {}
     wall.now = T0 + 310
     second = make_sink(agent, wall)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(second.serve)
+    async with serving(second):
         second.ingest(temps("gpu0", (80.0, T0 + 200)))
         assert await second.flush() == 1
         assert await points(second) == [(T0 + 300, 60.0, 40.0, 80.0)]
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_crash_loses_at_most_the_window_in_progress(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
     wall = Wall(T0 + 299)
     sink = make_sink(agent, wall)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(sink.serve)
+    async with serving(sink):
         sink.ingest(temps("gpu0", (40.0, T0 + 10), (50.0, T0 + 290)))
         wall.now = T0 + 305
         sink.ingest(temps("gpu0", (70.0, T0 + 301)))
@@ -86,7 +80,6 @@ async def test_a_crash_loses_at_most_the_window_in_progress(tmp_path: Path) -> N
         assert [s.points for s in found.series] == [[(T0 + 300, 45.0, 40.0, 50.0)]]
         assert other.take_pending() == []
         other.close()
-        nursery.cancel_scope.cancel()
 
 
 async def test_corrupt_file_is_moved_aside_not_a_crash_loop(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -96,12 +89,10 @@ async def test_corrupt_file_is_moved_aside_not_a_crash_loop(tmp_path: Path, capl
     (state / "history.db").write_bytes(b"\x00garbage" * 1000)
     sink = make_sink(agent, Wall(T0 + 400))
     with caplog.at_level(logging.ERROR):
-        async with trio.open_nursery() as nursery:
-            await nursery.start(sink.serve)
+        async with serving(sink):
             sink.ingest(temps("gpu0", (40.0, T0 + 10)))
             assert await sink.flush() == 1
             assert sink.quarantined == 1 and sink.state()["quarantined"] == 1
-            nursery.cancel_scope.cancel()
     assert any(p.name.startswith("history.db.corrupt-") for p in state.iterdir())
     assert "moved to" in caplog.text
 
@@ -110,12 +101,10 @@ async def test_damage_found_later_is_moved_aside_and_the_query_answers(tmp_path:
     agent = make_agent(tmp_path)
     wall = Wall(T0 + 100 * 86400)
     sink = make_sink(agent, wall)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(sink.serve)
+    async with serving(sink):
         for day in range(60):
             sink.ingest(temps("gpu0", *((float(i % 50), T0 + day * 86400 + i * 300) for i in range(288))))
         await sink.flush()
-        nursery.cancel_scope.cancel()
     db = sink.path
     data = bytearray(db.read_bytes())
     assert len(data) > 100_000
@@ -123,21 +112,18 @@ async def test_damage_found_later_is_moved_aside_and_the_query_answers(tmp_path:
         data[offset : offset + 64] = b"\xff" * 64
     db.write_bytes(bytes(data))
     sink = make_sink(agent, wall)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(sink.serve)
+    async with serving(sink):
         assert await points(sink) == []
         assert sink.quarantined == 1
         sink.ingest(temps("gpu0", (1.0, wall.now - 400)))
         assert await sink.flush() == 1
-        nursery.cancel_scope.cancel()
 
 
 async def test_retention_is_applied_on_each_flush(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, "{enabled: true, retentionDays: 1, intervalMinutes: 10}")
     wall = Wall(T0 + 700)
     sink = make_sink(agent, wall)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(sink.serve)
+    async with serving(sink):
         sink.ingest(temps("gpu0", (40.0, T0 + 1)))
         await sink.flush()
         assert [p[0] for p in await points(sink)] == [T0 + 600]  # 10-minute windows
@@ -145,7 +131,6 @@ async def test_retention_is_applied_on_each_flush(tmp_path: Path) -> None:
         sink.ingest(temps("gpu0", (41.0, T0 + 86400)))
         await sink.flush()
         assert [p[0] for p in await points(sink)] == [T0 + 86400 + 600]
-        nursery.cancel_scope.cancel()
 
 
 async def test_agent_wiring_metrics_state_and_shutdown_flush(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""goparse: the Go parser ports shared by the node_exporter collectors, table by table.
+"""goparse: the Go parser ports shared by the node_exporter collectors, table by table (and sysfs, procfs's
+attribute reads built on them).
 
 The tables gather the cases that each collector group kept for its own copy. Where the copies disagreed (``1_000``
 for ParseFloat), the real node_exporter decides: it accepts ``MemTotal: 2_113_370_604 kB``, ``nr_free_pages
@@ -9,22 +10,29 @@ is accepted by ``parse_float`` (and so by fmt's ``%f``).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from nvdaemon.collectors.base import ParseError
+from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
+from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.goparse import (
     GO_SPACE,
     MAX_LINE,
     fields,
+    glob,
     parse_float,
     parse_float_or_none,
     parse_int,
     parse_uint,
     scan_lines,
     trim_space,
+    wrap_int64,
 )
+from nvdaemon.compat.node_exporter.sysfs import read_int_file, sys_read_attr, sys_read_file
+from nvdaemon.config import NodeExporterConfig
 
 # ---- strconv.ParseFloat ----------------------------------------------------------------------------------------
 
@@ -157,3 +165,52 @@ def test_trim_space_keeps_ascii_separators() -> None:
 
 def test_fields_is_strings_fields() -> None:
     assert fields(" cpu0\t1 \u20032\x1c ") == ["cpu0", "1", "2\x1c"]
+
+
+def test_wrap_int64_is_go_int64_arithmetic() -> None:
+    assert wrap_int64(5) == 5 and wrap_int64(-5) == -5
+    assert wrap_int64((1 << 63) - 1) == (1 << 63) - 1
+    assert wrap_int64(1 << 63) == -(1 << 63)
+    assert wrap_int64((1 << 64) + 7) == 7
+
+
+# ---- filepath.Glob ------------------------------------------------------------------------------------------------
+
+
+def test_glob_is_filepath_glob(tmp_path: Path) -> None:
+    for name in ("cpu10", "cpu2", "cpu1", "cpufreq", "cpu", "xcpu1"):
+        (tmp_path / name).mkdir()
+    got = glob(tmp_path, re.compile(r"cpu[0-9].*", re.DOTALL))
+    assert [p.name for p in got] == ["cpu1", "cpu10", "cpu2"]  # byte order, whole-name match
+    assert all(p.parent == tmp_path for p in got)
+    assert glob(tmp_path / "absent", re.compile(".*")) == []  # an unreadable directory matches nothing
+
+
+# ---- procfs's sysfs reads -----------------------------------------------------------------------------------------
+
+
+def _ctx(root: Path) -> NodeContext:
+    return NodeContext(HostRoots.under(root), NodeExporterConfig())
+
+
+def test_sysfs_reads_one_128_byte_buffer_and_trims_as_go(tmp_path: Path) -> None:
+    (tmp_path / "long").write_text("M" * 200 + "\n")
+    (tmp_path / "padded").write_text("\x1c SAMSUNG  \n")
+    ctx = _ctx(tmp_path)
+    assert sys_read_file(ctx, tmp_path / "long") == "M" * 128
+    assert sys_read_file(ctx, tmp_path / "padded") == "\x1c SAMSUNG  \n"  # untrimmed
+    assert sys_read_attr(ctx, tmp_path / "padded") == "\x1c SAMSUNG"  # TrimSpace keeps \x1c
+    with pytest.raises(NotPresent):
+        sys_read_attr(ctx, tmp_path / "absent")
+
+
+def test_read_int_file(tmp_path: Path) -> None:
+    for name, text in (("u", " 42\n"), ("s", "-5\n"), ("bad", "0x10\n")):
+        (tmp_path / name).write_text(text)
+    ctx = _ctx(tmp_path)
+    assert read_int_file(ctx, tmp_path / "u") == 42
+    assert read_int_file(ctx, tmp_path / "s", signed=True) == -5
+    with pytest.raises(ParseError, match=r"/s: strconv\.ParseUint"):  # unsigned by default; the file is named
+        read_int_file(ctx, tmp_path / "s")
+    with pytest.raises(ParseError, match="/bad: "):
+        read_int_file(ctx, tmp_path / "bad")

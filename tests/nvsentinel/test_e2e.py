@@ -4,7 +4,6 @@ platform-connector; assertions on the node condition an operator would see."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,8 @@ import pytest
 
 from tests.nvsentinel.conftest import TOKEN
 from tests.nvsentinel.connector import FakeConnector
-from tests.test_e2e import ROOT, Agent, free_port, wait_for
+from tests.nvsentinel.e2e import agent_with_connector
+from tests.test_e2e import Agent, wait_for
 
 CHECK = "NvdaemonCpuPackageHot"
 CONFIG = """
@@ -34,23 +34,7 @@ rules:
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Iterator[tuple[Agent, FakeConnector]]:
-    host = tmp_path / "host"
-    shutil.copytree(ROOT / "fixtures" / "hosts" / "faulty", host, symlinks=True)
-    boot = host / "proc" / "sys" / "kernel" / "random" / "boot_id"
-    boot.parent.mkdir(parents=True)
-    boot.write_text("11111111-2222-4333-8444-555555555555\n")
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    socket = tmp_path / "pc.sock"
-    config = tmp_path / "config.yaml"
-    config.write_text(CONFIG.format(state=tmp_path / "state", port=free_port(), socket=socket, token=token))
-    connector = FakeConnector(socket, "fixture-node", token).start()
-    agent = Agent(tmp_path, host, config)
-    yield agent, connector
-    if agent.proc is not None and agent.proc.poll() is None:
-        agent.proc.kill()
-        agent.proc.wait()
-    connector.stop()
+    yield from agent_with_connector(tmp_path, "faulty", CONFIG)
 
 
 def status(connector: FakeConnector) -> str | None:

@@ -12,6 +12,7 @@ connection without an answer: the receiver got it, the sender never learns).
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -24,6 +25,27 @@ from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 Behaviour = int | tuple[int, dict[str, str]] | str
+
+
+def signature_ok(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    """The Standard Webhooks signature checked by the reference library, not by our code."""
+    try:
+        Webhook(secret).verify(body, headers)
+    except WebhookVerificationError:
+        return False
+    return True
+
+
+def parse_cloudevent(headers: dict[str, str], body: bytes) -> tuple[str, dict[str, Any], Any] | None:
+    """(id, attributes, data) read by the CloudEvents SDK (either mode), or None when it is not a CloudEvent."""
+    try:
+        event = from_http_event(HTTPMessage(headers=headers, body=body))
+    except Exception:
+        return None
+    data = event.get_data()
+    if isinstance(data, bytes | str):
+        data = json.loads(data)
+    return event.get_id(), event.get_attributes(), data
 
 
 @dataclass
@@ -157,22 +179,9 @@ class Receiver:
         return Handler
 
     def _record(self, headers: dict[str, str], body: bytes, port: int) -> Received:
-        verified = True
-        if self.secret is not None:
-            try:
-                Webhook(self.secret).verify(body, headers)
-            except WebhookVerificationError:
-                verified = False
+        verified = self.secret is None or signature_ok(self.secret, headers, body)
         rec = Received(time.monotonic(), headers, body, port, verified)
-        try:
-            event = from_http_event(HTTPMessage(headers=headers, body=body))
-        except Exception:
-            return rec
-        rec.attributes = event.get_attributes()
-        rec.data = event.get_data()
-        if isinstance(rec.data, bytes | str):
-            import json
-
-            rec.data = json.loads(rec.data)
-        rec.event_id = event.get_id()
+        parsed = parse_cloudevent(headers, body)
+        if parsed is not None:
+            rec.event_id, rec.attributes, rec.data = parsed
         return rec

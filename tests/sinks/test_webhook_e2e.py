@@ -93,9 +93,7 @@ def test_sigkill_with_a_backlog_then_restart_delivers_everything_in_order(
         assert code == 0
     finally:
         rx.stop()
-        if agent.proc is not None and agent.proc.poll() is None:
-            agent.proc.kill()
-            agent.proc.wait()
+        agent.kill()
     arrived = list(dict.fromkeys(rx.ids()))
     assert arrived[: len(pending)] == pending  # the backlog first, in spool order
     seqs = list(dict.fromkeys(rx.seqs()))

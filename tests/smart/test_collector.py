@@ -20,6 +20,7 @@ from nvdaemon.collectors.smart import (
     controller_of,
     discover,
     read_device,
+    samples_of,
 )
 from nvdaemon.config import parse_config
 from nvdaemon.model import Kind
@@ -135,6 +136,9 @@ def test_samples_match_the_recordings(standin: Standin) -> None:
         assert dict(s.labels) == LABELS[s.device] and s.tier == "smart" and s.timestamp == NOW
         assert s.metric in HELP, s.metric
     assert {name: st.readable for name, st in c.status.items()} == dict.fromkeys(DEVICES, True)
+    # /v1/state names each disk read this cycle.
+    identity = {"model": HDD["model"], "serial": HDD["serial"], "interface": "sat"}
+    assert c.detail()["devices"]["sdb"] == {"state": "ok", "readable": True, "parseErrors": 0, **identity}
 
 
 def test_what_smartctl_is_asked(standin: Standin) -> None:
@@ -203,8 +207,6 @@ def test_no_cut_of_a_recording_yields_a_wrong_value(tmp_path: Path, standin: Sta
             o = read_device(device, DISKS.dev / device, hint, str(STANDIN), 10.0)
             assert o.state in ("ok", "parse_error"), (device, cut, o)
             if o.report is not None:
-                from nvdaemon.collectors.smart import samples_of
-
                 for s in samples_of(o.report, NOW):
                     assert full[(s.metric, s.device)].value == s.value, (device, cut, s)
             if cut < len(lines) // 2:
@@ -247,6 +249,7 @@ def test_unreadable_is_logged_once_with_the_fix(
     assert c.status["sda"].state == "unreadable" and not c.status["sda"].readable
     detail = c.detail()
     assert detail["unreadable"] == ["sda"] and reason in detail["devices"]["sda"]["reason"]
+    assert "model" not in detail["devices"]["sda"] and detail["devices"]["sdb"]["model"] == HDD["model"]
     warned = [r.getMessage() for r in caplog.records if "sda is unreadable" in r.getMessage()]
     assert len(warned) == 1, warned
     assert reason in warned[0] and "CAP_SYS_RAWIO" in warned[0] and "privileged" in warned[0]
@@ -296,7 +299,8 @@ import logging, os, sys
 os.environ["LANG"] = "de_DE.UTF-8"
 os.environ.pop("LC_ALL", None)
 cls = logging.getLoggerClass()
-from nvdaemon.collectors.smart import import_pysmart
+import nvdaemon.collectors.smart
+from nvdaemon.collectors.smart_edge import import_pysmart
 assert "pySMART" not in sys.modules, "pySMART must load lazily, with the smart tier"
 import_pysmart()
 assert "pySMART" in sys.modules

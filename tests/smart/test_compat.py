@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from nvdaemon.collectors.smart import DiskReport, SmartCollector
+from nvdaemon.collectors.smart import SmartCollector
+from nvdaemon.collectors.smart_report import DiskReport
 from nvdaemon.compat.node_exporter.family import go_float
 from nvdaemon.compat.smartctl import FAMILIES, flags_long, flags_short, render_reports
 from tests.smart.conftest import Standin, collector, cycle

@@ -46,9 +46,7 @@ def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Agent]:
     monkeypatch.setenv("SMARTCTL_STANDIN_MODE", "sda=denied")
     a = Agent(tmp_path, host, path)
     yield a
-    if a.proc is not None and a.proc.poll() is None:
-        a.proc.kill()
-        a.proc.wait()
+    a.kill()
 
 
 def test_smart_tier_end_to_end(agent: Agent, tmp_path: Path) -> None:

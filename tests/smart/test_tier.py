@@ -14,7 +14,7 @@ async def test_runner_waits_for_the_kill_instead_of_abandoning(standin: Standin)
     c = collector(timeout=1.0)
     runner = CollectorRunner(c, trio.CapacityLimiter(1))
     # collectorTimeoutSeconds (here 0.5 s) is shorter than one smartctl timeout: the collector's own limit applies.
-    samples = await runner.run(DISKS, 0.5, lambda: 1.0)
+    samples = (await collect_tier("smart", [runner], DISKS, 0.5)).samples
     st = runner.status
     assert not any("read timed out" in e for e in st.errors), st.errors
     assert [e for e in st.errors if e.startswith("sdb: timeout: smartctl killed after 1s")]

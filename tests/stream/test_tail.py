@@ -76,9 +76,7 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
     config.write_text(CONFIG.format(state=tmp_path / "state", grace=5.0, port=free_port()))
     a = Agent(tmp_path, host, config)
     yield a
-    if a.proc is not None and a.proc.poll() is None:
-        a.proc.kill()
-        a.proc.wait()
+    a.kill()
 
 
 def _tail(args: list[str], out: Path) -> subprocess.Popen[bytes]:

@@ -50,8 +50,11 @@ app.kubernetes.io/part-of: nvdaemon
 {{- end -}}
 
 {{/*
-The DaemonSets to render, as YAML: a list of {suffix, component, tiers}. One per enabled tier, or one holding
-every enabled tier with singlePod.
+The DaemonSets to render, as YAML: a list of {name, component, state, tiers, hostMounts, nodeExporter}, one per
+enabled tier, or one holding every enabled tier with singlePod. What the tiers need of the node is decided here for
+the DaemonSet and the agent's config alike: hostMounts, the host's /proc and /sys (core, smart); nodeExporter, the
+node_exporter drop-in, whose collectors run in the core tier only (the smart and gpu pods get neither its config nor
+the host's / mounted).
 */}}
 {{- define "nvdaemon.groups" -}}
 {{- $enabled := list -}}
@@ -60,15 +63,26 @@ every enabled tier with singlePod.
 {{- $enabled = append $enabled $tier -}}
 {{- end -}}
 {{- end -}}
-{{- $groups := list -}}
+{{- $sets := list -}}
 {{- if $.Values.singlePod -}}
 {{- if $enabled -}}
-{{- $groups = append $groups (dict "suffix" "" "component" "agent" "state" "all" "tiers" $enabled) -}}
+{{- $sets = append $sets (dict "suffix" "" "component" "agent" "state" "all" "tiers" $enabled) -}}
 {{- end -}}
 {{- else -}}
 {{- range $tier := $enabled -}}
-{{- $groups = append $groups (dict "suffix" (printf "-%s" $tier) "component" $tier "state" $tier "tiers" (list $tier)) -}}
+{{- $sets = append $sets (dict "suffix" (printf "-%s" $tier) "component" $tier "state" $tier "tiers" (list $tier)) -}}
 {{- end -}}
+{{- end -}}
+{{- $groups := list -}}
+{{- range $g := $sets -}}
+{{- $tiers := $g.tiers -}}
+{{- $groups = append $groups (dict
+  "name" (printf "%s%s" (include "nvdaemon.fullname" $) $g.suffix)
+  "component" $g.component
+  "state" $g.state
+  "tiers" $tiers
+  "hostMounts" (or (has "core" $tiers) (has "smart" $tiers))
+  "nodeExporter" (and $.Values.nodeExporter.enabled (has "core" $tiers))) -}}
 {{- end -}}
 {{- dict "groups" $groups | toYaml -}}
 {{- end -}}
@@ -118,7 +132,7 @@ refs: {{ toJson $refs }}
 {{- if has "smart" $tiers -}}{{- $rules = concat $rules $v.smartRules -}}{{- end -}}
 {{- if has "gpu" $tiers -}}{{- $rules = concat $rules $v.gpuRules -}}{{- end -}}
 {{- if $rules -}}{{- $_ := set $cfg "rules" $rules -}}{{- end -}}{{/* none: the key is left out (an empty list would render as null) */}}
-{{- if or (has "core" $tiers) (has "smart" $tiers) -}}
+{{- if .group.hostMounts -}}
 {{- $_ := set $cfg "procRoot" "/host/proc" -}}
 {{- $_ := set $cfg "sysRoot" "/host/sys" -}}
 {{- end -}}
@@ -132,7 +146,7 @@ refs: {{ toJson $refs }}
 {{- if $v.history.enabled -}}
 {{- $_ := set $cfg "history" (deepCopy $v.history) -}}
 {{- end -}}
-{{- if include "nvdaemon.nodeExporter" (dict "root" .root "tiers" $tiers) -}}
+{{- if .group.nodeExporter -}}
 {{- $ne := omit $v.nodeExporter "collectors" "textfileDirectory" -}}{{/* only the keys set: the agent's defaults apply */}}
 {{- range $key := list "diskstats" "filesystem" "netdev" "hwmon" -}}
 {{- if not (index $ne $key) -}}{{- $ne = omit $ne $key -}}{{- end -}}
@@ -169,14 +183,6 @@ refs: {{ toJson $refs }}
 {{- end -}}
 
 {{/*
-"true" when the group's pod runs the node_exporter drop-in (. = dict "root" $ "tiers" $tiers): its collectors run in
-the core tier only, so the smart and gpu pods get neither its config nor the host's / mounted.
-*/}}
-{{- define "nvdaemon.nodeExporter" -}}
-{{- if and .root.Values.nodeExporter.enabled (has "core" .tiers) -}}true{{- end -}}
-{{- end -}}
-
-{{/*
 The host directory of the textfile collector, mounted at the same path in the pod; it must not shadow the paths the
 chart mounts itself.
 */}}
@@ -190,6 +196,13 @@ chart mounts itself.
 {{- end -}}
 {{- end -}}
 {{- $dir -}}
+{{- end -}}
+
+{{/* runAsUser, runAsGroup and runAsNonRoot of a securityContext for the uid (and gid) . (0: root). */}}
+{{- define "nvdaemon.runAs" -}}
+runAsUser: {{ . }}
+runAsGroup: {{ . }}
+runAsNonRoot: {{ ne (int .) 0 }}
 {{- end -}}
 
 {{/* An IPv6 bind address needs brackets in HOST:PORT. */}}

@@ -10,15 +10,16 @@ collector after the time families are out.
 
 from __future__ import annotations
 
-import glob
-import os
+import re
 import time
 
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
+from nvdaemon.compat.node_exporter.goparse import glob
 
 AVAILABLE_HELP = "Available clocksources read from '/sys/devices/system/clocksource'."
 CURRENT_HELP = "Current clocksource read from '/sys/devices/system/clocksource'."
+_CLOCKSOURCE = re.compile(r"clocksource[0-9].*", re.DOTALL)
 
 
 def zone_now() -> tuple[float, str, int]:
@@ -33,10 +34,8 @@ def read_clocksources(ctx: NodeContext) -> list[tuple[list[str], str]]:
     root = ctx.sys()
     if not root.is_dir():  # node_exporter cannot open a sysfs that is not a directory: an error
         raise NotADirectoryError(f"could not read {root}: not a directory")
-    base = ctx.sys("devices", "system", "clocksource")
     out: list[tuple[list[str], str]] = []
-    for path in sorted(glob.glob(os.path.join(glob.escape(str(base)), "clocksource[0-9]*"))):
-        entry = base / os.path.basename(path)
+    for entry in glob(ctx.sys("devices", "system", "clocksource"), _CLOCKSOURCE):
         available = ctx.read(entry / "available_clocksource")
         current = ctx.read(entry / "current_clocksource")
         out.append((available.split(), current.strip()))

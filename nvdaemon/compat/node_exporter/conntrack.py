@@ -12,7 +12,8 @@ from __future__ import annotations
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.goparse import parse_uint, scan_lines, trim_space
+from nvdaemon.compat.node_exporter.goparse import parse_uint, scan_lines
+from nvdaemon.compat.node_exporter.sysfs import read_int_file
 
 STAT_COLUMNS = 17
 # Summed stat columns: (column index, family suffix, HELP).
@@ -49,28 +50,20 @@ def parse_conntrack_stat(text: str) -> list[int]:
     return totals
 
 
-def _read_uint(ctx: NodeContext, name: str) -> int:
-    text = ctx.read(ctx.proc("sys", "net", "netfilter", name))
-    try:
-        return parse_uint(trim_space(text))
-    except ValueError as exc:
-        raise ParseError(f"/proc/sys/net/netfilter/{name}: {exc}") from None
-
-
 def collect(ctx: NodeContext, out: list[Family]) -> None:
     # Emitted one by one, as node_exporter does: a later absent file leaves the earlier families exported.
     out.append(
         gauge(
             "node_nf_conntrack_entries",
             "Number of currently allocated flow entries for connection tracking.",
-            _read_uint(ctx, "nf_conntrack_count"),
+            read_int_file(ctx, ctx.proc("sys", "net", "netfilter", "nf_conntrack_count")),
         )
     )
     out.append(
         gauge(
             "node_nf_conntrack_entries_limit",
             "Maximum size of connection tracking table.",
-            _read_uint(ctx, "nf_conntrack_max"),
+            read_int_file(ctx, ctx.proc("sys", "net", "netfilter", "nf_conntrack_max")),
         )
     )
     totals = parse_conntrack_stat(ctx.read(ctx.proc("net", "stat", "nf_conntrack")))

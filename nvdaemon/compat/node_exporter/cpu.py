@@ -13,21 +13,22 @@ An idle time that falls by 3 s or more means a hotplugged CPU: its values start 
 
 from __future__ import annotations
 
-import fnmatch
-import os
+import re
 import threading
 from pathlib import Path
 
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.goparse import parse_int, parse_uint, trim_space
+from nvdaemon.compat.node_exporter.goparse import glob, parse_int
 from nvdaemon.compat.node_exporter.procstat import CPU_FIELDS, read_stat
+from nvdaemon.compat.node_exporter.sysfs import read_int_file
 
 JUMP_BACK_SECONDS = 3.0  # an idle step back this large is a CPU that went away and came back
 IDLE = CPU_FIELDS.index("idle")
 _MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 _UINT16 = 1 << 16
+_CPU_DIR = re.compile(r"cpu[0-9].*", re.DOTALL)
 
 
 def parse_isolated(text: str) -> list[int]:
@@ -52,18 +53,13 @@ def parse_isolated(text: str) -> list[int]:
 
 def cpu_dirs(ctx: NodeContext) -> list[Path]:
     """``<sys>/devices/system/cpu/cpu[0-9]*`` in Go's filepath.Glob order (byte order: cpu10 before cpu2)."""
-    base = ctx.sys("devices", "system", "cpu")
-    try:
-        names = os.listdir(base)
-    except OSError:  # Glob ignores a directory it cannot read
-        return []
-    return [base / n for n in sorted(names) if fnmatch.fnmatchcase(n, "cpu[0-9]*")]
+    return glob(ctx.sys("devices", "system", "cpu"), _CPU_DIR)
 
 
 def _read_uint(ctx: NodeContext, path: Path) -> int | None:
     """node_exporter's readUintFromFile; any failure (absent, unreadable, not a number) is None here."""
     try:
-        return parse_uint(trim_space(ctx.read(path)))
+        return read_int_file(ctx, path)
     except (NotPresent, OSError, ValueError):
         return None
 

@@ -20,7 +20,7 @@ from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.cpu import cpu_dirs
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.goparse import parse_uint, trim_space
+from nvdaemon.compat.node_exporter.sysfs import read_int_file
 
 # sysfs file -> (family, HELP); the order is the order node_exporter sends them in
 FREQUENCIES: dict[str, tuple[str, str]] = {
@@ -53,15 +53,10 @@ def read_policy(ctx: NodeContext, cpu: str, base: Path) -> CpuFreq:
     """One CPU's cpufreq directory; raises on what makes node_exporter fail."""
     stats = CpuFreq(cpu)
     for name in (*FREQUENCIES, *_UNSERVED_UINT):
-        path = base / name
         try:
-            text = ctx.read(path)
+            stats.khz[name] = read_int_file(ctx, base / name)  # one that does not parse fails the collector
         except (NotPresent, PermissionError):  # absent, or root-only (cpuinfo_cur_freq) and we are not root
             continue
-        try:
-            stats.khz[name] = parse_uint(trim_space(text))
-        except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from None
     for name in REQUIRED_TEXT:
         ctx.read(base / name)  # NoData or OSError propagate: the collector fails
     return stats

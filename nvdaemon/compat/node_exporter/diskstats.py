@@ -18,7 +18,7 @@ from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, counter, gauge
 from nvdaemon.compat.node_exporter.goparse import parse_float_or_none, parse_uint
-from nvdaemon.compat.node_exporter.options import compile_filter
+from nvdaemon.compat.node_exporter.options import compile_filter, filtered_out
 
 SECTOR = 512.0
 _MS = 1.0 / 1000.0  # node_exporter multiplies ticks by 0.001 (not / 1000): same float results
@@ -50,6 +50,23 @@ _STATS: tuple[tuple[str, str, str, float], ...] = (
         _MS,
     ),
 )
+# The udev-labelled info families: label -> udev property. The filesystem and device-mapper ones are exported only
+# for devices whose first property (ID_FS_TYPE, DM_NAME) is set; node_disk_info for every device.
+_INFO_LABELS = {
+    "path": "ID_PATH",
+    "wwn": "ID_WWN",
+    "model": "ID_MODEL",
+    "serial": "ID_SERIAL_SHORT",
+    "revision": "ID_REVISION",
+}
+_FS_LABELS = {"type": "ID_FS_TYPE", "usage": "ID_FS_USAGE", "uuid": "ID_FS_UUID", "version": "ID_FS_VERSION"}
+_DM_LABELS = {
+    "name": "DM_NAME",
+    "uuid": "DM_UUID",
+    "vg_name": "DM_VG_NAME",
+    "lv_name": "DM_LV_NAME",
+    "lv_layer": "DM_LV_LAYER",
+}
 # udev property -> (family suffix, help) of the ATA gauges, exported only for devices with ID_ATA set.
 _ATA = {
     "ID_ATA_WRITE_CACHE": ("ata_write_cache", "ATA disk has a write cache."),
@@ -103,6 +120,11 @@ def parse_udev(text: str) -> dict[str, str]:
     return info
 
 
+def _labels(udev: dict[str, str], properties: dict[str, str]) -> dict[str, str]:
+    """label -> the udev property's value ("" when the device has no such property)."""
+    return {label: udev.get(prop, "") for label, prop in properties.items()}
+
+
 def _udev_info(ctx: NodeContext, dev: DiskLine) -> dict[str, str]:
     try:
         return parse_udev(ctx.read(ctx.udev_data / f"b{dev.major}:{dev.minor}"))
@@ -131,41 +153,16 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
 
     for dev in devices:
         name = dev.name
-        if (exclude is not None and exclude.search(name)) or (include is not None and not include.search(name)):
+        if filtered_out(name, include, exclude):
             continue
         udev = _udev_info(ctx, dev)
-        info.add(
-            1.0,
-            device=name,
-            major=str(dev.major),
-            minor=str(dev.minor),
-            path=udev.get("ID_PATH", ""),
-            wwn=udev.get("ID_WWN", ""),
-            model=udev.get("ID_MODEL", ""),
-            serial=udev.get("ID_SERIAL_SHORT", ""),
-            revision=udev.get("ID_REVISION", ""),
-        )
+        info.add(1.0, _labels(udev, _INFO_LABELS), device=name, major=str(dev.major), minor=str(dev.minor))
         for fam, value, (_, _, _, factor) in zip(stats, dev.stats, _STATS, strict=False):
             fam.add(float(value) * factor, device=name)
-        if fs_type := udev.get("ID_FS_TYPE", ""):
-            fs_info.add(
-                1.0,
-                device=name,
-                type=fs_type,
-                usage=udev.get("ID_FS_USAGE", ""),
-                uuid=udev.get("ID_FS_UUID", ""),
-                version=udev.get("ID_FS_VERSION", ""),
-            )
-        if dm_name := udev.get("DM_NAME", ""):
-            dm_info.add(
-                1.0,
-                device=name,
-                name=dm_name,
-                uuid=udev.get("DM_UUID", ""),
-                vg_name=udev.get("DM_VG_NAME", ""),
-                lv_name=udev.get("DM_LV_NAME", ""),
-                lv_layer=udev.get("DM_LV_LAYER", ""),
-            )
+        if udev.get("ID_FS_TYPE"):
+            fs_info.add(1.0, _labels(udev, _FS_LABELS), device=name)
+        if udev.get("DM_NAME"):
+            dm_info.add(1.0, _labels(udev, _DM_LABELS), device=name)
         if udev.get("ID_ATA", ""):
             for key, fam in ata.items():
                 # An absent or unparsable property is skipped (node_exporter logs it), the others still export.

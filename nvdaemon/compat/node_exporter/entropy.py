@@ -11,18 +11,9 @@ from __future__ import annotations
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.goparse import parse_uint, trim_space
+from nvdaemon.compat.node_exporter.sysfs import read_int_file
 
 FILES = ("entropy_avail", "poolsize", "urandom_min_reseed_secs", "write_wakeup_threshold", "read_wakeup_threshold")
-
-
-def read_uint(text: str, name: str) -> int:
-    """``strconv.ParseUint(strings.TrimSpace(text), 10, 64)``."""
-    token = trim_space(text)
-    try:
-        return parse_uint(token)
-    except ParseError:
-        raise ParseError(f"{name}: not an unsigned 64-bit integer: {token[:40]!r}") from None
 
 
 def read_random(ctx: NodeContext) -> dict[str, int]:
@@ -30,10 +21,9 @@ def read_random(ctx: NodeContext) -> dict[str, int]:
     values: dict[str, int] = {}
     for name in FILES:
         try:
-            text = ctx.read(ctx.proc("sys", "kernel", "random", name))
+            values[name] = read_int_file(ctx, ctx.proc("sys", "kernel", "random", name))
         except NotPresent:
             continue
-        values[name] = read_uint(text, name)
     return values
 
 

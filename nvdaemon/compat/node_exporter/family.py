@@ -40,25 +40,23 @@ class Family:
         return self.add(value, labels, **{SUFFIX: suffix})
 
 
-def gauge(name: str, help: str, value: float | None = None, **labels: str) -> Family:
-    fam = Family(name, help, "gauge")
+def _single(kind: FamilyType, name: str, help: str, value: float | None, labels: dict[str, str]) -> Family:
+    fam = Family(name, help, kind)
     if value is not None:
         fam.add(value, labels)
     return fam
+
+
+def gauge(name: str, help: str, value: float | None = None, **labels: str) -> Family:
+    return _single("gauge", name, help, value, labels)
 
 
 def counter(name: str, help: str, value: float | None = None, **labels: str) -> Family:
-    fam = Family(name, help, "counter")
-    if value is not None:
-        fam.add(value, labels)
-    return fam
+    return _single("counter", name, help, value, labels)
 
 
 def untyped(name: str, help: str, value: float | None = None, **labels: str) -> Family:
-    fam = Family(name, help, "untyped")
-    if value is not None:
-        fam.add(value, labels)
-    return fam
+    return _single("untyped", name, help, value, labels)
 
 
 def go_float(value: float) -> str:
@@ -98,8 +96,13 @@ def _escape_help(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)  # label values repeat across families and scrapes (device names, modes)
-def _escape_value(text: str) -> str:
+def escape_label_value(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def label_text(pairs: Iterable[tuple[str, str]]) -> str:
+    """``k1="v1",k2="v2"`` in the order given (the dcgm surface keeps dcgm-exporter's order, unsorted)."""
+    return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs)
 
 
 def merge(families: Iterable[Family]) -> dict[str, Family]:
@@ -132,7 +135,7 @@ def render(families: Mapping[str, Family]) -> bytes:
             sample_name = name + suffix
             shown = [(k, v) for k, v in labels if k != SUFFIX] if suffix else labels
             if shown:
-                body = ",".join(f'{k}="{_escape_value(v)}"' for k, v in shown)
+                body = label_text(shown)
                 lines.append(f"{sample_name}{{{body}}} {go_float(value)}")
             else:
                 lines.append(f"{sample_name} {go_float(value)}")

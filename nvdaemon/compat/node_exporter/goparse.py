@@ -151,3 +151,9 @@ def parse_int(text: str, base: int = 10, bits: int = 64) -> int:
 def parse_uint(text: str, base: int = 10, bits: int = 64) -> int:
     """``strconv.ParseUint(text, base, bits)``: as ``parse_int`` without a sign."""
     return _parse_integer(text, base, bits, signed=False)
+
+
+def wrap_int64(value: int) -> int:
+    """Go's int64 arithmetic on ``value``: two's complement, wrapped to 64 bits."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >> 63 else value

@@ -9,8 +9,8 @@ ms -> s, fan speeds stay RPM; properties it has no unit for are exported raw. A 
 a Go float is skipped. The ``chip`` label comes from the resolved ``device`` link (``platform_coretemp_0``), else
 from the ``name`` file, else from the directory; ``node_hwmon_chip_names`` maps it to the ``name`` file.
 
-The procfs helpers below (integer files, 128-byte sysfs reads) and the registry's help check are shared with the
-other sensor-group collectors: thermal_zone, rapl, edac and powersupplyclass (Go's parsers are in goparse).
+The registry's help check (``Families``) is shared with rapl and powersupplyclass; the sysfs reads are in
+``sysfs`` and Go's parsers in ``goparse``.
 """
 
 from __future__ import annotations
@@ -22,21 +22,9 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
-from nvdaemon.compat.node_exporter.goparse import parse_float_or_none, parse_int, parse_uint, trim_space
-from nvdaemon.compat.node_exporter.options import compile_filter
-
-
-def read_int_file(ctx: NodeContext, path: Path, signed: bool = False) -> int:
-    """procfs's ReadUintFromFile / ReadIntFromFile: the whole file, TrimSpace, base 10."""
-    text = trim_space(ctx.read(path))
-    return parse_int(text) if signed else parse_uint(text)
-
-
-def sys_read_file(ctx: NodeContext, path: Path) -> str:
-    """A sysfs attribute as procfs's SysReadFile sees it: one read of at most 128 bytes (whitespace not trimmed)."""
-    text = ctx.read(path)
-    raw = text.encode()
-    return raw[:128].decode(errors="replace") if len(raw) > 128 else text
+from nvdaemon.compat.node_exporter.goparse import parse_float_or_none
+from nvdaemon.compat.node_exporter.options import compile_filter, filtered_out
+from nvdaemon.compat.node_exporter.sysfs import sys_read_file
 
 
 class Families:
@@ -84,10 +72,10 @@ def collect_sensor_data(ctx: NodeContext, directory: Path, data: SensorData) -> 
             continue
         kind, num, prop = parts
         try:
-            raw = ctx.read(directory / filename).encode()[:128]  # one read(2) of at most 128 bytes
+            text = sys_read_file(ctx, directory / filename)
         except (OSError, NotPresent):
             continue  # sick hardware (EIO, EAGAIN) or a directory such as power/: only this file is lost
-        data.setdefault(f"{kind}{num}", {})[prop] = raw.decode(errors="replace").strip("\n")
+        data.setdefault(f"{kind}{num}", {})[prop] = text.strip("\n")
 
 
 def chip_label(ctx: NodeContext, directory: Path) -> str:
@@ -186,7 +174,7 @@ def update_chip(ctx: NodeContext, directory: Path, fams: Families) -> None:
     """One chip; an exception means node_exporter's updateHwmon failed (nothing of this chip is exported)."""
     chip = chip_label(ctx, directory)
     include, exclude = compile_filter(ctx.options.hwmon.chip_include), compile_filter(ctx.options.hwmon.chip_exclude)
-    if (exclude is not None and exclude.search(chip)) or (include is not None and not include.search(chip)):
+    if filtered_out(chip, include, exclude):
         return  # node_exporter >= 1.7's --collector.hwmon.chip-include/-exclude (1.5.0 has no such flags)
     data: SensorData = {}
     collect_sensor_data(ctx, directory, data)

@@ -23,6 +23,7 @@ from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
 from nvdaemon.compat.node_exporter.goparse import parse_float, parse_uint
 from nvdaemon.compat.node_exporter.netclass import read_sysfs_attr
+from nvdaemon.compat.node_exporter.sysfs import sys_read_attr
 
 _U64 = (1 << 64) - 1
 # counters/<file> -> metric (without node_infiniband_); the data counters are per lane (x4).
@@ -193,12 +194,11 @@ def read_hca(ctx: NodeContext, name: str) -> Hca:
     info: dict[str, str] = {}
     for attr, label in (("board_id", "board_id"), ("fw_ver", "firmware_version"), ("hca_type", "hca_type")):
         try:
-            text = ctx.read(base / attr)
+            info[label] = sys_read_attr(ctx, base / attr)
         except NotPresent:
             if attr == "hca_type":  # not every driver has it
                 continue
             raise ParseError(f"{base / attr}: missing") from None
-        info[label] = text.encode()[:128].decode(errors="replace").strip()
     ports = {}
     for port in sorted(os.listdir(base / "ports")):
         parsed = read_port(ctx, name, port)

@@ -22,10 +22,10 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
-from nvdaemon.compat.node_exporter.goparse import parse_int
+from nvdaemon.compat.node_exporter.goparse import parse_int, wrap_int64
+from nvdaemon.compat.node_exporter.sysfs import sys_read_attr
 
 IGNORED_DEVICES = re.compile("^$")  # --collector.netclass.ignored-devices default
-SYSFS_READ_MAX = 128  # procfs reads a sysfs attribute with a single read() into a 128-byte buffer
 # Read errors procfs treats as "attribute not available" rather than a failure.
 _SKIPPED_ERRNOS = frozenset({errno.EINVAL, errno.EOPNOTSUPP, errno.EACCES, errno.EPERM, errno.ENOENT})
 
@@ -54,14 +54,13 @@ _STRINGS = ("address", "broadcast", "duplex", "operstate", "ifalias")
 def read_sysfs_attr(ctx: NodeContext, path: Path) -> str | None:
     """An attribute's trimmed value, or None where procfs skips it (missing, no permission, EINVAL, EOPNOTSUPP)."""
     try:
-        text = ctx.read(path)
+        return sys_read_attr(ctx, path)
     except NotPresent:
         return None
     except OSError as exc:
         if exc.errno in _SKIPPED_ERRNOS:
             return None
         raise
-    return text.encode()[:SYSFS_READ_MAX].decode(errors="replace").strip()
 
 
 def sysfs_int(value: str) -> int:
@@ -72,14 +71,9 @@ def sysfs_int(value: str) -> int:
         return 0
 
 
-def _wrap_int64(value: int) -> int:
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >> 63 else value
-
-
 def speed_bytes(mbits: int) -> int:
     """``int64(speed * 1000 * 1000 / 8)`` with int64 arithmetic (wraps; the division truncates toward zero)."""
-    product = _wrap_int64(mbits * 1_000_000)
+    product = wrap_int64(mbits * 1_000_000)
     quotient = abs(product) // 8
     return -quotient if product < 0 else quotient
 

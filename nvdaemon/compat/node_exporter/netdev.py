@@ -12,7 +12,7 @@ from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
 from nvdaemon.compat.node_exporter.goparse import parse_uint, scan_lines
-from nvdaemon.compat.node_exporter.options import compile_filter
+from nvdaemon.compat.node_exporter.options import compile_filter, filtered_out
 
 # The 16 columns of /proc/net/dev under the names node_exporter gives them after its legacy() renaming.
 KEYS = (
@@ -68,7 +68,7 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
     devices = parse_proc_net_dev(ctx.read(ctx.proc("net", "dev")))
     families = [Family(f"node_network_{key}_total", f"Network device statistic {key}.", "counter") for key in KEYS]
     for name, values in devices.items():
-        if (exclude is not None and exclude.search(name)) or (include is not None and not include.search(name)):
+        if filtered_out(name, include, exclude):
             continue
         for fam, value in zip(families, values, strict=True):
             fam.add(value, device=name)

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
+from nvdaemon.compat.node_exporter.sysfs import sys_read_attr
 
 _ATTRS = ("firmware_rev", "model", "serial", "state")
-_READ_LIMIT = 128  # procfs's SysReadFile reads one 128-byte buffer
 
 
 def _attr(ctx: NodeContext, controller: str, attr: str) -> str:
     path = ctx.sys("class", "nvme", controller, attr)
     try:
-        text = ctx.read(path)
+        return sys_read_attr(ctx, path)
     except NoData as exc:
         # Absent from one controller is an error for the collector, not "no NVMe here".
         raise FileNotFoundError(f"nvme: failed to read {path}") from exc
-    return text.encode()[:_READ_LIMIT].decode(errors="replace").strip()
 
 
 def collect(ctx: NodeContext, out: list[Family]) -> None:

@@ -57,6 +57,13 @@ def compile_filter(pattern: str) -> re.Pattern[str] | None:
     return re.compile(pattern, re.ASCII) if pattern else None
 
 
+def filtered_out(name: str, include: re.Pattern[str] | None, exclude: re.Pattern[str] | None) -> bool:
+    """node_exporter's device filter: dropped when the exclude pattern matches or an include pattern does not."""
+    return (exclude is not None and exclude.search(name) is not None) or (
+        include is not None and include.search(name) is None
+    )
+
+
 def node_exporter_issues(raw: dict[str, Any]) -> list[ConfigIssue]:
     """Unknown collector names and regular expressions that do not compile."""
     issues: list[ConfigIssue] = []

@@ -24,8 +24,9 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.goparse import parse_int, trim_space
-from nvdaemon.compat.node_exporter.hwmon import Families, sys_read_file
+from nvdaemon.compat.node_exporter.goparse import parse_int
+from nvdaemon.compat.node_exporter.hwmon import Families
+from nvdaemon.compat.node_exporter.sysfs import sys_read_attr
 
 # file -> (metric suffix, divisor). Files parsed by procfs but not exported have no suffix.
 INTEGERS: dict[str, tuple[str | None, float]] = {
@@ -60,7 +61,7 @@ def parse_supply(ctx: NodeContext, directory: Path) -> tuple[dict[str, int], dic
         files = sorted((e.name for e in it if e.is_file(follow_symlinks=False)), key=os.fsencode)
     for name in files:
         try:
-            value = trim_space(sys_read_file(ctx, directory / name))
+            value = sys_read_attr(ctx, directory / name)
         except NotPresent:
             continue
         except OSError as exc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import ParseError
+from nvdaemon.collectors.base import ParseError, read_parsed
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, counter, gauge
 from nvdaemon.compat.node_exporter.goparse import GO_SPACE, fields, parse_float, parse_int, parse_uint, scan_lines
@@ -186,9 +186,9 @@ def parse_stat(text: str, path: str = "/proc/stat") -> Stat:
 
 
 def read_stat(ctx: NodeContext) -> Stat:
-    """/proc/stat through the cycle's shared read (the hardware cpu collector reads the same file)."""
-    path = ctx.proc("stat")
-    return parse_stat(ctx.read(path), str(path))
+    """/proc/stat, parsed once per cycle for the cpu and stat collectors (the read is shared with the hardware cpu
+    collector too); the result is shared, so it is only read."""
+    return read_parsed(ctx.proc("stat"), parse_stat)
 
 
 def collect(ctx: NodeContext, out: list[Family]) -> None:

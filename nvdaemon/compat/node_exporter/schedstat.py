@@ -52,11 +52,11 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
     except IsADirectoryError:
         text = ""  # Go opens a directory fine and its scanner's read error ends the loop silently
     cpus = parse_schedstat(text)
-    running = Family("node_schedstat_running_seconds_total", "Number of seconds CPU spent running a process.")
+    running_help = "Number of seconds CPU spent running a process."
+    running = Family("node_schedstat_running_seconds_total", running_help, "counter")
     waiting_help = "Number of seconds spent by processing waiting for this CPU."
     waiting = Family("node_schedstat_waiting_seconds_total", waiting_help, "counter")
     slices = Family("node_schedstat_timeslices_total", "Number of timeslices executed by CPU.", "counter")
-    running.type = "counter"
     for cpu in cpus:
         running.add(cpu.running_ns / NS_PER_SECOND, cpu=cpu.cpu)
         waiting.add(cpu.waiting_ns / NS_PER_SECOND, cpu=cpu.cpu)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.goparse import parse_int, scan_lines
+from nvdaemon.compat.node_exporter.goparse import parse_int, scan_lines, wrap_int64
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _KEYS = ("inuse", "orphan", "tw", "alloc", "mem", "memory")  # export order; only these keys are exported
@@ -25,11 +25,6 @@ _KEYS = ("inuse", "orphan", "tw", "alloc", "mem", "memory")  # export order; onl
 class Sockstat:
     used: int | None = None  # the "sockets: used" line
     protocols: list[tuple[str, dict[str, int]]] = field(default_factory=list)
-
-
-def _wrap_int64(value: int) -> int:
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >> 63 else value
 
 
 def parse_sockstat(text: str, source: str = "sockstat") -> Sockstat:
@@ -69,7 +64,7 @@ def _export(out: list[Family], stat: Sockstat, ipv6: bool) -> None:
     for proto, values in stat.protocols:
         exported = {"inuse": values.get("inuse", 0)} | {k: values[k] for k in _KEYS[1:] if k in values}
         if "mem" in values:
-            exported["mem_bytes"] = _wrap_int64(values["mem"] * PAGE_SIZE)
+            exported["mem_bytes"] = wrap_int64(values["mem"] * PAGE_SIZE)
         for key, value in exported.items():
             name = f"node_sockstat_{proto}_{key}"
             out.append(gauge(name, f"Number of {proto} sockets in state {key}.", value))

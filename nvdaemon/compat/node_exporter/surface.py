@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nvdaemon.collectors.base import CYCLE_READS, Collector, CycleReads, Gathered, HostRoots, NotPresent
+import trio
+
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent
 from nvdaemon.compat.node_exporter.context import NodeCollector, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, merge, render
 from nvdaemon.compat.node_exporter.options import enabled_collectors
 from nvdaemon.model import Sample
 from nvdaemon.supervise import describe
+from nvdaemon.tiers import CollectorRunner, collect_tier
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PREFIX = "node_exporter."
+ONCE_TIMEOUT = 30.0  # collect_once: a fixture read never takes this long; a hang fails the test, not hangs it
 TEXTFILE = "textfile"
 _SCRAPE_ERROR = "node_textfile_scrape_error"
 _TEXTFILE_OWN = {_SCRAPE_ERROR, "node_textfile_mtime_seconds"}  # the textfile collector's own families
@@ -41,7 +44,6 @@ _RESERVED = re.compile(r"^(nodevitals_|process_|python_|DCGM_|smartctl_|node_scr
 class NodeResult:
     families: list[Family] = field(default_factory=list)
     success: bool = False
-    duration: float = 0.0
     at: float = -1.0  # the cycle (collected_at) this result belongs to
 
 
@@ -73,7 +75,6 @@ class NodeExporterCollector(Collector):
         ctx = NodeContext(roots, self.options or NodeExporterConfig())
         out: list[Family] = []
         errors: list[str] = []
-        began = time.perf_counter()
         success = False
         try:
             self.impl.collect(ctx, out)
@@ -82,7 +83,7 @@ class NodeExporterCollector(Collector):
             log.debug("node_exporter collector %s: no data: %s", self.node_name, exc)
         except Exception as exc:
             errors.append(describe(exc))
-        return Gathered(NodeResult(out, success, time.perf_counter() - began), errors)
+        return Gathered(NodeResult(out, success), errors)
 
     def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
         result: NodeResult = gathered.data
@@ -115,10 +116,9 @@ def surface_families(snap: TierSnapshot) -> dict[str, Family]:
             continue
         res = source.result
         fresh = res.at == snap.collected_at  # else the read timed out or was skipped this cycle
-        status = snap.collectors.get(source.name)
-        ok = fresh and res.success
-        success.add(1.0 if ok else 0.0, collector=source.node_name)
-        duration.add(res.duration if fresh else (status.duration if status else 0.0), collector=source.node_name)
+        status = snap.collectors[source.name]  # the runner timed it, gather and interpret (or the timeout)
+        success.add(1.0 if fresh and res.success else 0.0, collector=source.node_name)
+        duration.add(status.duration, collector=source.node_name)
         if fresh:
             (textfile if source.node_name == TEXTFILE else own).extend(res.families)
     families = merge([*own, success, duration])
@@ -155,17 +155,10 @@ def render_node_exporter(agent: Agent) -> bytes:
 def collect_once(
     roots: HostRoots, options: NodeExporterConfig, table: Mapping[str, Callable[[], NodeCollector]], names: list[str]
 ) -> bytes:
-    """Run the named collectors once, in this thread, and render them: the oracle tests and benchmarks."""
-    from nvdaemon.tiers import TierSnapshot
-
-    now = time.time()
+    """Run the named collectors through one tier cycle, as the agent does, and render them (oracle tests)."""
     collectors = [NodeExporterCollector(name, table[name]()) for name in names if name in table]
-    token = CYCLE_READS.set(CycleReads())
-    try:
-        for c in collectors:
-            c.options = options
-            c.interpret(c.gather(roots), now)
-    finally:
-        CYCLE_READS.reset(token)
-    snap = TierSnapshot("core", [], {}, now, 0.0, sources={c.name: c for c in collectors})
+    for c in collectors:
+        c.options = options
+    runners = [CollectorRunner(c, trio.CapacityLimiter(1)) for c in collectors]
+    snap = trio.run(collect_tier, "core", runners, roots, ONCE_TIMEOUT)
     return render(surface_families(snap))

@@ -330,14 +330,14 @@ def _uint64(value: float) -> float:
     return float(max(0, int(value))) if math.isfinite(value) else 0.0
 
 
-def convert(fam: TextFamily, help: str) -> list[Family]:
+def convert(fam: TextFamily, help: str) -> Family:
     """Our family for one parsed family (a summary or histogram with its _sum/_count/_bucket series)."""
     if fam.type in ("counter", "gauge", "untyped"):
         kind: FamilyType = fam.type  # type: ignore[assignment]
         out = Family(fam.name, help, kind)
         for m, labels in _with_all_labels(fam.metrics):
             out.add(m.value, labels)
-        return [out]
+        return out
     kind = "summary" if fam.type == "summary" else "histogram"
     out = Family(fam.name, help, kind)
     for m, labels in _with_all_labels(fam.metrics):
@@ -353,7 +353,7 @@ def convert(fam: TextFamily, help: str) -> list[Family]:
                 out.add_suffixed("_bucket", count, {**labels, "le": "+Inf"})
         out.add_suffixed("_sum", m.sum, labels)
         out.add_suffixed("_count", count, labels)
-    return [out]
+    return out
 
 
 def collect(ctx: NodeContext, out: list[Family]) -> None:
@@ -366,13 +366,13 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
     for _, families, _ in read:
         for fam in families.values():
             help = fam.help if fam.help is not None else "Metric read from " + ", ".join(files_of[fam.name])
-            for converted in convert(fam, help):
-                have = joined.get(converted.name)
-                if have is None:
-                    joined[converted.name] = converted
-                elif (have.help, have.type) == (converted.help, converted.type):
-                    have.samples.extend(converted.samples)
-                # else: node_exporter's registry refuses the later copy (inconsistent HELP or TYPE)
+            converted = convert(fam, help)
+            have = joined.get(converted.name)
+            if have is None:
+                joined[converted.name] = converted
+            elif (have.help, have.type) == (converted.help, converted.type):
+                have.samples.extend(converted.samples)
+            # else: node_exporter's registry refuses the later copy (inconsistent HELP or TYPE)
     out.extend(joined.values())
     if read:
         mtimes = Family("node_textfile_mtime_seconds", MTIME_HELP, "gauge")

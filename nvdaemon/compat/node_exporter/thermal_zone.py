@@ -21,8 +21,8 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.goparse import glob, parse_int, trim_space
-from nvdaemon.compat.node_exporter.hwmon import read_int_file, sys_read_file
+from nvdaemon.compat.node_exporter.goparse import glob, parse_int
+from nvdaemon.compat.node_exporter.sysfs import read_int_file, sys_read_attr
 
 _ZONE = re.compile(r"thermal_zone[0-9].*", re.DOTALL)
 _COOLING = re.compile(r"cooling_device[0-9].*", re.DOTALL)
@@ -43,26 +43,22 @@ class CoolingDevice:
     max_state: int
 
 
-def _attr(ctx: NodeContext, path: Path) -> str:
-    return trim_space(sys_read_file(ctx, path))
-
-
 def read_zone(ctx: NodeContext, path: Path) -> Zone:
-    zone_type = _attr(ctx, path / "type")
-    _attr(ctx, path / "policy")  # required by procfs, though not exported
+    zone_type = sys_read_attr(ctx, path / "type")
+    sys_read_attr(ctx, path / "policy")  # required by procfs, though not exported
     temp = read_int_file(ctx, path / "temp", signed=True)
     # Optional: absent or forbidden is fine, any other failure is one of the zone; passive must be unsigned.
     with contextlib.suppress(NotPresent, PermissionError):
-        _attr(ctx, path / "mode")
+        sys_read_attr(ctx, path / "mode")
     with contextlib.suppress(NotPresent, PermissionError):
         read_int_file(ctx, path / "passive")
     return Zone(path.name.removeprefix("thermal_zone"), zone_type, temp)
 
 
 def read_cooling_device(ctx: NodeContext, path: Path) -> CoolingDevice:
-    cd_type = _attr(ctx, path / "type")
-    max_state = parse_int(_attr(ctx, path / "max_state"))
-    cur_state = parse_int(_attr(ctx, path / "cur_state"))
+    cd_type = sys_read_attr(ctx, path / "type")
+    max_state = parse_int(sys_read_attr(ctx, path / "max_state"))
+    cur_state = parse_int(sys_read_attr(ctx, path / "cur_state"))
     return CoolingDevice(path.name.removeprefix("cooling_device"), cd_type, cur_state, max_state)
 
 

@@ -1,0 +1,39 @@
+"""The attribute reads of procfs's ``internal/util``, shared by node_exporter's sysfs collectors.
+
+Every read goes through ``ctx.read`` (the cycle's shared cache; a missing file is ``NoData``, other errors propagate
+as ``OSError``). A sysfs attribute is read as procfs's ``SysReadFile`` reads it: one read(2) into a 128-byte buffer,
+so a longer attribute is cut there. ``sys_read_file`` gives those bytes untrimmed (hwmon trims only newlines from
+them), ``sys_read_attr`` trims them as ``SysReadFile`` does. ``read_int_file`` is ``ReadUintFromFile`` /
+``ReadIntFromFile``: the whole file, trimmed, base 10.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nvdaemon.collectors.base import ParseError
+from nvdaemon.compat.node_exporter.context import NodeContext
+from nvdaemon.compat.node_exporter.goparse import parse_int, parse_uint, trim_space
+
+SYSFS_READ_MAX = 128  # the buffer of procfs's (and node_exporter's hwmon) single read()
+
+
+def sys_read_file(ctx: NodeContext, path: Path) -> str:
+    """The first 128 bytes of a sysfs attribute, whitespace not trimmed."""
+    text = ctx.read(path)
+    raw = text.encode()
+    return raw[:SYSFS_READ_MAX].decode(errors="replace") if len(raw) > SYSFS_READ_MAX else text
+
+
+def sys_read_attr(ctx: NodeContext, path: Path) -> str:
+    """procfs's ``SysReadFile``: the first 128 bytes of a sysfs attribute, ``TrimSpace``'d."""
+    return trim_space(sys_read_file(ctx, path))
+
+
+def read_int_file(ctx: NodeContext, path: Path, signed: bool = False) -> int:
+    """procfs's ReadUintFromFile / ReadIntFromFile: the whole file, TrimSpace, base 10; ParseError names the file."""
+    text = trim_space(ctx.read(path))
+    try:
+        return parse_int(text) if signed else parse_uint(text)
+    except ParseError as exc:
+        raise ParseError(f"{path}: {exc}") from None
