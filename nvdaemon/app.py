@@ -76,6 +76,7 @@ class Agent:
         self._engine_dirty = False
         self._saved_seq = -1  # the event seq of the engine state last written to stateDir
         self._durable_warned = False
+        self.engine_save_error: str | None = None  # why the last engine.json write failed (a full stateDir)
 
     # ---- config-derived views -------------------------------------------------------------------------------
     @property
@@ -129,7 +130,9 @@ class Agent:
     async def persist_engine(self) -> None:
         """Save active conditions and the event seq, but only once every durable sink (the webhook spool) holds
         the events that led there: saved state with an unspooled ENTER would lose that ENTER to a crash, while
-        unsaved state only makes a restart detect the transition again (at-least-once)."""
+        unsaved state only makes a restart detect the transition again (at-least-once). A durable sink whose spool
+        refuses writes holds its ``committed_seq`` back, so nothing is saved past what it holds only in memory. A
+        write stateDir refuses is logged (once per streak) and retried on the next call, never raised."""
         if not self._engine_dirty:
             return
         target = self.engine.seq
@@ -149,7 +152,18 @@ class Agent:
         async with self._persist_lock:
             if target < self._saved_seq:  # a concurrent call already saved a newer state
                 return
-            await trio.to_thread.run_sync(atomic_write, self.engine_path, data)
+            try:
+                await trio.to_thread.run_sync(atomic_write, self.engine_path, data)
+            except OSError as exc:
+                # A full or read-only stateDir: the old file stays (at-least-once: a restart detects the newer
+                # transitions again); the state stays dirty and the next tick tries again. Never a tier crash.
+                if self.engine_save_error is None:
+                    log.error("engine state not saved (%s); retried every tick", exc.strerror or exc)
+                self.engine_save_error = exc.strerror or str(exc)
+                return
+            if self.engine_save_error is not None:
+                log.info("engine state saved again")
+                self.engine_save_error = None
             self._saved_seq = target
             if self.engine.seq == target:  # else events came while waiting: their state is saved next time
                 self._engine_dirty = False

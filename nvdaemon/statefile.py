@@ -6,6 +6,7 @@ write a temporary file beside the target, fsync it, rename it over the target, f
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -20,15 +21,24 @@ def ensure_dir(path: Path) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
+    """Raises OSError (ENOSPC, EROFS, EACCES, EIO): the target is then untouched and no temporary file is left."""
     ensure_dir(path.parent)
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked (a signal, a nearly full disk)
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        # A half-written temporary file on a full disk would only keep it full.
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -47,3 +57,19 @@ def quarantine(path: Path, why: str) -> Path:
     os.replace(path, target)
     log.error("state file %s is unreadable (%s); moved to %s and starting fresh", path, why, target)
     return target
+
+
+def quarantine_db(path: Path, why: str) -> Path | None:
+    """Move a damaged sqlite database aside with its WAL and shared-memory files (``<moved>-wal``, ``<moved>-shm``:
+    the names sqlite looks for, so opening the moved copy reads its WAL too). Returns the moved database, or None
+    when only companion files were there."""
+    moved = quarantine(path, why) if path.exists() else None
+    for suffix in ("-wal", "-shm"):
+        extra = path.with_name(path.name + suffix)
+        if not extra.exists():
+            continue
+        if moved is not None:
+            os.replace(extra, Path(f"{moved}{suffix}"))
+        else:
+            quarantine(extra, why)
+    return moved

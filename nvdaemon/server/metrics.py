@@ -115,6 +115,15 @@ class SnapshotCollector(Collector):
                 restarts.add_metric([name], task.restarts)
                 up.add_metric([name], 1.0 if task.state == "running" else 0.0)
             yield from (restarts, up)
+        writable = GaugeMetricFamily(
+            "nodevitals_sink_state_writable",
+            "1 if the sink's last write to stateDir succeeded, 0 while stateDir refuses it (full, read-only).",
+            labels=["sink"],
+        )
+        for name, sink in sorted(agent.sinks.items()):
+            if (ok := sink.state_writable()) is not None:
+                writable.add_metric([name], 1.0 if ok else 0.0)
+        yield writable
         for sink in agent.sinks.values():
             yield from sink.metrics()
         info = GaugeMetricFamily("nodevitals_build_info", "Version of the agent; always 1.", labels=["version"])

@@ -31,6 +31,23 @@ def event_json(ev: Event) -> dict[str, Any]:
     return out
 
 
+def task_entries(agent: Agent) -> dict[str, Any]:
+    """Every supervised task; a sink task that runs but cannot do all of its job (its stateDir refuses writes) shows
+    why as its ``lastError`` and ``degraded: true``, since the task itself has not failed."""
+    sup = agent.supervisor
+    if sup is None:
+        return {}
+    tasks: dict[str, Any] = {}
+    for name, st in sorted(sup.tasks.items()):
+        entry = st.as_json()
+        sink = agent.sinks.get(name)
+        why = sink.degraded() if sink is not None else None
+        if why is not None:
+            entry["lastError"], entry["degraded"] = why, True
+        tasks[name] = entry
+    return tasks
+
+
 def state_document(agent: Agent) -> dict[str, Any]:
     tiers: dict[str, Any] = {}
     samples: list[dict[str, Any]] = []
@@ -59,7 +76,6 @@ def state_document(agent: Agent) -> dict[str, Any]:
         }
         for c in sorted(agent.engine.active.values(), key=lambda c: (c.started_at, c.condition, c.device))
     ]
-    sup = agent.supervisor
     return {
         "node": agent.node,
         "version": __version__,
@@ -71,7 +87,7 @@ def state_document(agent: Agent) -> dict[str, Any]:
         "conditions": conditions,
         "recentEvents": [event_json(ev) for ev in agent.bus.recent],
         "eventSeq": agent.engine.seq,
-        "tasks": {name: st.as_json() for name, st in sorted(sup.tasks.items())} if sup else {},
+        "tasks": task_entries(agent),
         "sinks": {name: sink.state() for name, sink in sorted(agent.sinks.items())},
         "bus": {"published": agent.bus.published, "dropped": dict(agent.bus.drop_totals)},
         "reloads": {"ok": agent.reloads, "rejected": agent.reload_failures},

@@ -7,7 +7,8 @@ it comes back. Builders only construct; a built sink identical to a running one 
 To add a sink kind, write a module with a ``Sink`` subclass and a builder ``(agent) -> list[Sink]`` that reads the
 config, and list the builder in ``BUILDERS``. The agent starts every built sink before the tier loops (so no event is
 published before its subscribers exist), restarts a sink whose ``fingerprint`` changed on reload, and includes each
-sink's ``metrics()`` in /metrics and ``state()`` in /v1/state under ``sinks``.
+sink's ``metrics()`` in /metrics and ``state()`` in /v1/state under ``sinks``; ``degraded()`` shows as the sink task's
+``lastError`` there, ``state_writable()`` as ``nodevitals_sink_state_writable{sink}``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ class Sink(abc.ABC):
     critical: bool = False  # a sink failing repeatedly makes /healthz fail only if critical
     capacity: int = 1024  # bus channel size: events beyond it while the sink lags are dropped and counted
     durable: bool = False  # the engine's state is saved only after this sink has made its events durable
-    committed_seq: int = 0  # a durable sink: highest event seq it has made durable (or dropped, counted)
+    # A durable sink: the highest event seq up to which every event it was given is on disk, or dropped and counted.
+    # Never past an event it still holds only in memory (e.g. while its stateDir refuses writes).
+    committed_seq: int = 0
     events: trio.MemoryReceiveChannel[Event]
     _bus: EventBus | None = None
     _committed: trio.Event | None = None
@@ -77,6 +80,19 @@ class Sink(abc.ABC):
 
     def state(self) -> dict[str, Any]:
         return {}
+
+    def dropped_counts(self) -> dict[str, int]:
+        """Events this sink gave up on since start, by reason (each also logged with its event ids)."""
+        return {}
+
+    def degraded(self) -> str | None:
+        """Why the sink runs but cannot do all of its job (e.g. its stateDir refuses writes), else None. Shown as its
+        task's ``lastError`` in the status document."""
+        return None
+
+    def state_writable(self) -> bool | None:
+        """Whether the sink's last write to stateDir succeeded; None for a sink that keeps nothing there."""
+        return None
 
 
 Builder = Callable[["Agent"], list[Sink]]

@@ -10,17 +10,17 @@ Delivery bookkeeping (delete on 2xx, attempt counts) commits at ``NORMAL``: a cr
 bookkeeping, which shows up as a duplicate delivery, never as a lost event.
 
 Overflow order when a share is over a bound: dead letters first (oldest first), then pending events of the lowest
-severity (info, then warning, then critical), oldest first within a severity. Each drop is counted with its reason,
-``spool_full_events`` or ``spool_full_bytes``.
+severity (info, then warning, then critical), oldest first within a severity. ``add`` returns the dropped events'
+ids by reason, ``spool_full_events`` or ``spool_full_bytes``, for the caller to count and log.
 
-``SpoolDB`` is synchronous (the CLI uses it directly). ``Spool`` wraps it for trio: every sqlite call runs in a worker
-thread under one ``CapacityLimiter(1)``, so the connection (``check_same_thread=False``) is only ever used by one
-thread at a time, and a commit that has started finishes even if the caller is cancelled.
+``SpoolDB`` is synchronous (the CLI uses it directly). ``nvdaemon.sinks.spool_io.Spool`` wraps it for trio (worker
+threads, one at a time), turns a full or read-only stateDir into ``SpoolUnwritable`` and moves a damaged file aside.
+Rows are addressed by ``(seq, event_id)``: after a damaged spool was replaced by a fresh one, a seq held from the old
+file can never touch another event in the new one.
 """
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -28,14 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import trio
-
 from nvdaemon.sqlitetx import transaction
 from nvdaemon.statefile import ensure_dir
 
 FILE = "spool.db"
 PENDING, DEAD = 0, 1
 T = TypeVar("T")
+Drops = dict[str, list[str]]  # reason -> ids of the events dropped for it
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spool (
@@ -97,9 +96,14 @@ class SpoolDB:
         ensure_dir(path.parent)
         self.path = path
         self.db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(_SCHEMA)
-        path.chmod(0o600)
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.executescript(_SCHEMA)
+            if path.stat().st_mode & 0o777 != 0o600:  # only when needed: a read-only stateDir may still be read
+                path.chmod(0o600)
+        except BaseException:
+            self.db.close()  # a damaged file or a stateDir that refuses writes: no connection left behind
+            raise
         self._shares: dict[str, Share] = {}
 
     def close(self) -> None:
@@ -125,6 +129,14 @@ class SpoolDB:
             self._shares[endpoint] = sh
         return sh
 
+    def cached_share(self, endpoint: str) -> Share | None:
+        """The share as last counted, without touching the file (a dict read: safe from the trio thread)."""
+        return self._shares.get(endpoint)
+
+    def cached_shares(self) -> dict[str, Share]:
+        """Every share counted so far, without touching the file (it may be damaged). Under the limiter only."""
+        return dict(self._shares)
+
     # ---- ingest ---------------------------------------------------------------------------------------------
     def add(
         self,
@@ -133,12 +145,13 @@ class SpoolDB:
         max_events: int,
         max_bytes: int,
         now: float | None = None,
-    ) -> dict[str, int]:
-        """Commit ``(event_id, severity, body)`` items durably, then enforce the bounds; return drops by reason."""
+    ) -> Drops:
+        """Commit ``(event_id, severity, body)`` items durably, then enforce the bounds; return the dropped events'
+        ids by reason (dead letters among them were counted when they died, so only pending ones are listed)."""
         sh = self.share(endpoint)
         now = time.time() if now is None else now
 
-        def work() -> dict[str, int]:
+        def work() -> Drops:
             for event_id, severity, body in items:
                 cur = self.db.execute(
                     "INSERT OR IGNORE INTO spool (endpoint, event_id, severity, enqueued, body) VALUES (?, ?, ?, ?, ?)",
@@ -147,7 +160,7 @@ class SpoolDB:
                 if cur.rowcount:
                     sh.pending += 1
                     sh.bytes += len(body)
-            drops: dict[str, int] = {}
+            drops: Drops = {}
             if sh.events > max_events:
                 drops["spool_full_events"] = self._evict(endpoint, sh, lambda: sh.events > max_events)
             if sh.bytes > max_bytes:
@@ -157,27 +170,30 @@ class SpoolDB:
         try:
             return self._tx("FULL", work)
         except BaseException:
-            self.share(endpoint, refresh=True)
+            self._shares.pop(endpoint, None)  # rolled back: counted again on the next use (this file may be unreadable)
             raise
 
-    def _evict(self, endpoint: str, sh: Share, over: Callable[[], bool]) -> int:
+    def _evict(self, endpoint: str, sh: Share, over: Callable[[], bool]) -> list[str]:
         victims = self.db.execute(
-            "SELECT seq, state, length(body) FROM spool WHERE endpoint = ? ORDER BY state DESC, severity, seq",
+            "SELECT seq, state, length(body), event_id FROM spool WHERE endpoint = ? "
+            "ORDER BY state DESC, severity, seq",
             (endpoint,),
         )
         gone: list[tuple[int]] = []
-        for seq, state, size in victims:
+        pending: list[str] = []
+        for seq, state, size, event_id in victims:
             if not over():
                 break
             gone.append((seq,))
             sh.bytes -= size
             if state == PENDING:
                 sh.pending -= 1
+                pending.append(event_id)
             else:
                 sh.dead -= 1
         victims.close()
         self.db.executemany("DELETE FROM spool WHERE seq = ?", gone)
-        return len(gone)
+        return pending
 
     # ---- delivery -------------------------------------------------------------------------------------------
     def head(self, endpoint: str) -> Row | None:
@@ -187,12 +203,14 @@ class SpoolDB:
         ).fetchone()
         return Row(*r) if r else None
 
-    def delivered(self, endpoint: str, seq: int) -> Row | None:
+    def delivered(self, endpoint: str, seq: int, event_id: str) -> Row | None:
         """Forget a delivered event; return the endpoint's next pending one (the sender's next read)."""
         sh = self.share(endpoint)
 
         def work() -> None:
-            r = self.db.execute("DELETE FROM spool WHERE seq = ? RETURNING length(body)", (seq,)).fetchone()
+            r = self.db.execute(
+                "DELETE FROM spool WHERE seq = ? AND event_id = ? RETURNING length(body)", (seq, event_id)
+            ).fetchone()
             if r is not None:
                 sh.pending -= 1
                 sh.bytes -= r[0]
@@ -200,29 +218,32 @@ class SpoolDB:
         self._tx("NORMAL", work)
         return self.head(endpoint)
 
-    def attempted(self, seq: int, attempts: int, error: str) -> None:
+    def attempted(self, seq: int, event_id: str, attempts: int, error: str) -> None:
         self._tx(
             "NORMAL",
             lambda: self.db.execute(
-                "UPDATE spool SET attempts = ?, last_error = ? WHERE seq = ?", (attempts, error, seq)
+                "UPDATE spool SET attempts = ?, last_error = ? WHERE seq = ? AND event_id = ?",
+                (attempts, error, seq, event_id),
             ),
         )
 
-    def bury(self, endpoint: str, seq: int, attempts: int, reason: str, error: str) -> None:
-        """Make a pending event a dead letter: kept for ``nvdaemon spool list`` / ``retry``, no longer sent."""
+    def bury(self, endpoint: str, seq: int, event_id: str, attempts: int, reason: str, error: str) -> bool:
+        """Make a pending event a dead letter: kept for ``nvdaemon spool list`` / ``retry``, no longer sent. False when
+        the event was not (or no longer) pending."""
         sh = self.share(endpoint)
 
-        def work() -> None:
+        def work() -> bool:
             cur = self.db.execute(
                 f"UPDATE spool SET state = {DEAD}, attempts = ?, dead_reason = ?, last_error = ? "
-                f"WHERE seq = ? AND state = {PENDING}",
-                (attempts, reason, error, seq),
+                f"WHERE seq = ? AND event_id = ? AND state = {PENDING}",
+                (attempts, reason, error, seq, event_id),
             )
             if cur.rowcount:
                 sh.pending -= 1
                 sh.dead += 1
+            return bool(cur.rowcount)
 
-        self._tx("NORMAL", work)
+        return self._tx("NORMAL", work)
 
     # ---- endpoints disabled by 410 --------------------------------------------------------------------------
     def disabled(self, endpoint: str, url_hash: str) -> str | None:
@@ -272,20 +293,19 @@ class SpoolDB:
         return n
 
 
-class Spool:
-    """``SpoolDB`` for trio: every call in a worker thread, one at a time."""
-
-    def __init__(self, db: SpoolDB) -> None:
-        self.db = db
-        self.limiter = trio.CapacityLimiter(1)
-
-    @classmethod
-    async def open(cls, state_dir: Path) -> Spool:
-        return cls(await trio.to_thread.run_sync(SpoolDB, state_dir / FILE))
-
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=self.limiter)
-
-    async def aclose(self) -> None:
-        with trio.CancelScope(shield=True):
-            await self.call(self.db.close)
+def held_ids(path: Path) -> dict[str, list[str]] | None:
+    """The pending events' ids per endpoint in a (moved-aside, possibly damaged) spool file, read without changing
+    it; None when they cannot all be read."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+    except sqlite3.Error:
+        return None
+    try:
+        held: dict[str, list[str]] = {}
+        for endpoint, event_id in db.execute(f"SELECT endpoint, event_id FROM spool WHERE state = {PENDING}"):
+            held.setdefault(str(endpoint), []).append(str(event_id))
+        return held
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()

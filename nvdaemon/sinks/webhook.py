@@ -1,16 +1,24 @@
 """Webhook delivery: one sink per ``sinks.webhook[]`` endpoint, each with two tasks.
 
-- *ingest* takes what the bus channel holds (a batch of whatever is there), commits it to the spool
-  (``synchronous=FULL``) and only then takes the next; on shutdown it drains the channel into the spool under a
-  shielded two-second deadline;
+- *ingest* (``nvdaemon.sinks.spool_writer``) takes what the bus channel holds, commits it to the spool
+  (``synchronous=FULL``) and only then forgets it; a write the stateDir refuses (full, read-only) keeps the events in
+  a bounded memory buffer and is retried; on shutdown it drains the channel into the spool under a shielded
+  two-second deadline;
 - *sender* reads the endpoint's oldest pending spooled event and POSTs it: one request in flight, so a later event
-  never overtakes an earlier one; one keep-alive ``httpx.AsyncClient``.
+  never overtakes an earlier one; one keep-alive ``httpx.AsyncClient``. A spool write it needs (forgetting a
+  delivered event, counting an attempt) that the stateDir refuses is retried before anything else is sent.
 
 Outcomes: 2xx delivered (row deleted). 408, 429, 5xx, timeouts and connection errors retry with capped exponential
 backoff and full jitter (``Retry-After`` honoured, up to an hour) until the event is ``maxAgeHours`` old, then it is a
 dead letter (``expired``). 410 disables the endpoint (persisted for this URL until ``nvdaemon spool retry``); its
 events keep being spooled. Any other status is retried ``maxAttempts`` times in all, then a dead letter
 (``rejected``). Dead letters stay in the spool (``nvdaemon spool list``, ``nvdaemon spool retry``).
+
+Storage: while the spool cannot be written the endpoint's state is ``degraded`` (``storageError`` says why, and the
+supervised task's ``lastError`` in the status document), ``nodevitals_sink_state_writable{sink}`` is 0. A damaged
+spool is moved aside (``nvdaemon.sinks.spool_io``) and delivery goes on with a fresh one; its pending events are
+counted as dropped (``spool_corrupt``) when they can be read, and the quarantine is counted either way. Every drop is
+counted by reason (``dropped``, ``nodevitals_webhook_dropped_total{sink,reason}``) and logged with its event ids.
 
 Secrets only ever reach the HMAC; URLs only ever appear as ``host[:port]`` in names, logs, metrics and state.
 """
@@ -22,20 +30,23 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
 import msgspec
 import trio
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import Metric
 
+from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
-from nvdaemon.model import Event, Severity
+from nvdaemon.model import Event
 from nvdaemon.sinks import Sink, cloudevent, signing, webhook_url
-from nvdaemon.sinks.spool import Row, Spool
+from nvdaemon.sinks.spool import Row, SpoolDB
+from nvdaemon.sinks.spool_io import Quarantine, Spool, SpoolCorrupt, SpoolUnwritable
+from nvdaemon.sinks.spool_writer import BUFFER_EVENTS, SpoolWriter, StorageHealth
+from nvdaemon.sinks.webhook_metrics import Histogram, endpoint_metrics
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -45,12 +56,11 @@ log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpcore").setLevel(logging.WARNING)
 
+T = TypeVar("T")
+P = ParamSpec("P")
 CAPACITY = 10_000  # bus channel: what may wait while ingest commits or the task restarts
-BATCH = 1000
 IDLE_POLL = 5.0  # re-check the spool this often when idle (``nvdaemon spool retry`` from another process)
 RETRY_AFTER_CAP = 3600.0
-DRAIN_SECONDS = 2.0
-BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 TRANSIENT = frozenset({408, 429})
 
 
@@ -60,14 +70,6 @@ def load_keys(hook: WebhookSink) -> list[str]:
         text = Path(hook.secret_file).read_text(encoding="utf-8")
         return [line.strip() for line in text.splitlines() if line.strip()]
     return list(hook.secrets) if hook.secrets else [hook.secret] if hook.secret else []
-
-
-def severity_rank(severity: str) -> int:
-    """Overflow order: lower ranks go first; an unknown severity counts as info."""
-    try:
-        return int(Severity.parse(severity))
-    except KeyError:
-        return int(Severity.INFO)
 
 
 def retry_after(value: str | None, now: float) -> float | None:
@@ -82,20 +84,6 @@ def retry_after(value: str | None, now: float) -> float | None:
     except (TypeError, ValueError, IndexError):
         return None
     return min(max(0.0, when - now), RETRY_AFTER_CAP)
-
-
-@dataclass
-class Histogram:
-    buckets: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
-    count: int = 0
-    total: float = 0.0
-
-    def observe(self, value: float) -> None:
-        self.count += 1
-        self.total += value
-        for i, le in enumerate(BUCKETS):
-            if value <= le:
-                self.buckets[i] += 1
 
 
 class WebhookEndpoint(Sink):
@@ -113,6 +101,8 @@ class WebhookEndpoint(Sink):
         transport: httpx.AsyncBaseTransport | None = None,
         wall: Callable[[], float] = time.time,
         jitter: Callable[[], float] = random.random,
+        opener: Callable[[Path], SpoolDB] = SpoolDB,
+        buffer_events: int = BUFFER_EVENTS,
     ) -> None:
         self.name = name
         self.hook = hook
@@ -122,6 +112,7 @@ class WebhookEndpoint(Sink):
         self.transport = transport
         self.wall = wall
         self.jitter = jitter
+        self.opener = opener  # how the spool file is opened (tests: a SpoolDB whose writes fail on demand)
         self.url_hash = webhook_url.url_hash(hook.url)
         self.key_error: str | None = None
         try:
@@ -137,7 +128,7 @@ class WebhookEndpoint(Sink):
         if not secrets and not self.key_error:
             log.warning("%s: no secret configured; deliveries are unsigned", name)
         # What /metrics and /v1/state show.
-        self.status = "active"  # active | backoff | disabled
+        self.status = "active"  # active | backoff | disabled (degraded, while the spool refuses writes, wins)
         self.last_error: str | None = None
         self.last_success: float | None = None
         self.disabled_reason: str | None = None
@@ -145,9 +136,24 @@ class WebhookEndpoint(Sink):
         self.dead_letters = 0
         self.attempts: dict[str, int] = {}
         self.dropped: dict[str, int] = {}
+        self.quarantined: dict[str, int] = {}  # held=counted|unknown -> damaged spool files moved aside
+        self.quarantine_log: list[dict[str, Any]] = []  # the last few, for the status document
         self.latency = Histogram()
+        self.health = StorageHealth(name, jitter)
+        # The writer (and its memory buffer) belongs to the sink, not to a run of its task: a crash and restart of
+        # the task loses nothing it held.
+        self.writer = SpoolWriter(
+            name,
+            spool_config,
+            self.health,
+            on_drop=self.drop,
+            on_committed=self.mark_committed,
+            wall=wall,
+            buffer_events=buffer_events,
+        )
         self._kick = trio.Event()
         self._spool: Spool | None = None
+        self._quarantines_seen = 0
 
     def fingerprint(self) -> Hashable:
         return (
@@ -159,6 +165,18 @@ class WebhookEndpoint(Sink):
             str(self.state_dir),
         )
 
+    def attach(self, bus: EventBus) -> None:
+        super().attach(bus)
+        self.writer.taken_seq = self.committed_seq
+
+    def close(self) -> None:
+        """Replaced or removed: events still only in memory are dropped, counted and logged."""
+        left = self.writer.buffer.all()
+        if left:
+            self.writer.buffer = type(self.writer.buffer)(self.writer.buffer.max_events, self.writer.buffer.max_bytes)
+            self.drop("unspooled_at_stop", [i.event_id for i in left])
+        super().close()
+
     # ---- observability --------------------------------------------------------------------------------------
     def _changed(self) -> None:
         self.on_change()
@@ -167,82 +185,105 @@ class WebhookEndpoint(Sink):
         table[key] = table.get(key, 0) + n
         self._changed()
 
+    def drop(self, reason: str, ids: list[str], n: int | None = None) -> None:
+        """Count events given up on (``n`` when their ids are unknown) and log them with their ids."""
+        count = len(ids) if n is None else n
+        if not count:
+            return
+        log.warning(
+            "%s: dropped %d event(s) (%s): %s",
+            self.name,
+            count,
+            reason,
+            " ".join(ids) if ids else "ids unknown",
+            extra={"dropped": {"sink": self.name, "reason": reason, "count": count, "ids": ids}},
+        )
+        self._count(self.dropped, reason, count)
+
+    def dropped_counts(self) -> dict[str, int]:
+        return dict(self.dropped)
+
+    def degraded(self) -> str | None:
+        return f"spool not writable: {self.health.error}" if self.health.error else None
+
+    def state_writable(self) -> bool | None:
+        return self.health.error is None
+
     def _sync_share(self) -> None:
-        if self._spool is not None:
-            sh = self._spool.db.share(self.name)  # a cached dict read; the counts change only under the limiter
+        spool = self._spool
+        db = spool.db if spool is not None else None
+        sh = db.cached_share(self.name) if db is not None else None
+        if sh is not None:
             self.backlog, self.dead_letters = sh.pending, sh.dead
 
     def state(self) -> dict[str, Any]:
         return {
             "endpoint": webhook_url.host_port(self.hook.url),
             "mode": self.hook.mode,
-            "state": self.status,
+            "state": "degraded" if self.health.error else self.status,
             "backlog": self.backlog,
+            "unspooled": len(self.writer.buffer),
             "deadLetters": self.dead_letters,
             "lastError": self.last_error,
             "lastSuccess": self.last_success,
             "disabledReason": self.disabled_reason,
+            "stateWritable": self.health.error is None,
+            "storageError": self.health.error,
             "attempts": dict(self.attempts),
             "dropped": dict(self.dropped),
+            "quarantines": list(self.quarantine_log),
         }
 
     def metrics(self) -> Iterable[Metric]:
-        return list(self._metrics())
+        return list(endpoint_metrics(self))
 
-    def _metrics(self) -> Iterator[Metric]:
-        s = [self.name]
-        attempts = CounterMetricFamily(
-            "nodevitals_delivery_attempts", "Webhook delivery attempts by outcome.", labels=["sink", "outcome"]
+    # ---- the spool ------------------------------------------------------------------------------------------
+    async def _call(self, spool: Spool, fn: Callable[Concatenate[SpoolDB, P], T], *args: P.args, **kw: P.kwargs) -> T:
+        """``spool.call`` that also accounts for damaged spools moved aside (by this endpoint or another)."""
+        try:
+            result = await spool.call(fn, *args, **kw)
+        except SpoolCorrupt:
+            self._note_quarantines(spool)
+            raise
+        if len(spool.quarantines) > self._quarantines_seen:
+            self._note_quarantines(spool)
+        return result
+
+    def _note_quarantines(self, spool: Spool) -> None:
+        for q in spool.quarantines[self._quarantines_seen :]:
+            self._note_quarantine(q)
+        self._quarantines_seen = len(spool.quarantines)
+        self.backlog = self.dead_letters = 0
+        self._changed()
+
+    def _note_quarantine(self, q: Quarantine) -> None:
+        ids = q.held.get(self.name, []) if q.held is not None else []
+        n: int | None = len(ids) if q.held is not None else q.counted.get(self.name)
+        log.error(
+            "%s: the spool was damaged (%s) and moved to %s; delivery goes on with a fresh spool; it held %s pending "
+            "event(s) of this endpoint",
+            self.name,
+            q.why,
+            q.moved,
+            "an unknown number of" if n is None else n,
         )
-        for outcome, n in sorted(self.attempts.items()):
-            attempts.add_metric([*s, outcome], n)
-        dropped = CounterMetricFamily(
-            "nodevitals_delivery_dropped",
-            "Events given up on: spool overflow (spool_full_events, spool_full_bytes) or dead-lettered (expired, "
-            "rejected).",
-            labels=["sink", "reason"],
-        )
-        for reason, n in sorted(self.dropped.items()):
-            dropped.add_metric([*s, reason], n)
-        backlog = GaugeMetricFamily("nodevitals_delivery_backlog", "Spooled events not yet delivered.", labels=["sink"])
-        backlog.add_metric(s, self.backlog)
-        dead = GaugeMetricFamily(
-            "nodevitals_delivery_dead_letters", "Dead letters kept in the spool for inspection.", labels=["sink"]
-        )
-        dead.add_metric(s, self.dead_letters)
-        disabled = GaugeMetricFamily(
-            "nodevitals_delivery_endpoint_disabled",
-            "1 if the endpoint answered 410 Gone and is disabled.",
-            labels=["sink"],
-        )
-        disabled.add_metric(s, 1.0 if self.status == "disabled" else 0.0)
-        yield from (attempts, dropped, backlog, dead, disabled)
-        if self.last_success is not None:
-            last = GaugeMetricFamily(
-                "nodevitals_delivery_last_success_timestamp_seconds", "When the last 2xx was received.", labels=["sink"]
-            )
-            last.add_metric(s, self.last_success)
-            yield last
-        latency = HistogramMetricFamily(
-            "nodevitals_delivery_latency_seconds",
-            "Seconds from an event entering the spool to the receiver's 2xx.",
-            labels=["sink"],
-        )
-        cumulative = [(str(le), float(n)) for le, n in zip(BUCKETS, self.latency.buckets, strict=True)]
-        latency.add_metric(s, [*cumulative, ("+Inf", float(self.latency.count))], self.latency.total)
-        yield latency
+        self._count(self.quarantined, "unknown" if n is None else "counted")
+        self.quarantine_log = [
+            *self.quarantine_log[-4:],
+            {"file": str(q.moved), "at": q.at, "reason": q.why, "events": "unknown" if n is None else n},
+        ]
+        if n:
+            self.drop("spool_corrupt", ids, n)
 
     # ---- tasks ----------------------------------------------------------------------------------------------
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         if self.key_error:
             self.last_error = self.key_error
             raise RuntimeError(self.key_error)
-        spool = await Spool.open(self.state_dir)
+        spool = Spool.acquire(self.state_dir, self.opener)
         self._spool = spool
+        self._quarantines_seen = len(spool.quarantines)
         try:
-            self.disabled_reason = await spool.call(spool.db.disabled, self.name, self.url_hash)
-            await spool.call(spool.db.share, self.name, True)
-            self._sync_share()
             timeout = httpx.Timeout(self.hook.timeout_seconds)
             async with (
                 httpx.AsyncClient(transport=self.transport, timeout=timeout, follow_redirects=False) as client,
@@ -253,40 +294,18 @@ class WebhookEndpoint(Sink):
                 task_status.started()
         finally:
             self._spool = None
-            await spool.aclose()
-
-    async def _commit(self, spool: Spool, batch: list[Event]) -> None:
-        items = [(ev.id, severity_rank(ev.severity), msgspec.json.encode(ev)) for ev in batch]
-        sc = self.spool_config
-        # Shielded: these events are already off the channel, so a cancellation here would lose them.
-        with trio.CancelScope(shield=True):
-            drops = await spool.call(spool.db.add, self.name, items, sc.max_events, sc.max_bytes, self.wall())
-        self.mark_committed(max(ev.seq for ev in batch))
-        for reason, n in drops.items():
-            if n:
-                log.warning("%s: spool full (%s): dropped %d oldest lowest-severity event(s)", self.name, reason, n)
-                self._count(self.dropped, reason, n)
-        self._sync_share()
-        self._changed()
-        self._kick.set()
-
-    def _take_available(self, batch: list[Event]) -> list[Event]:
-        while len(batch) < BATCH:
-            try:
-                batch.append(self.events.receive_nowait())
-            except (trio.WouldBlock, trio.EndOfChannel):
-                break
-        return batch
+            await spool.release()
 
     async def _ingest(self, spool: Spool) -> None:
-        try:
-            async for first in self.events:
-                await self._commit(spool, self._take_available([first]))
-        finally:
-            # Shutdown: whatever is already in the channel goes to the spool before the task ends.
-            with trio.CancelScope(shield=True), trio.move_on_after(DRAIN_SECONDS):
-                while batch := self._take_available([]):
-                    await self._commit(spool, batch)
+        async def call(fn: Callable[..., T], *args: Any) -> T:
+            return await self._call(spool, fn, *args)
+
+        def committed() -> None:
+            self._sync_share()
+            self._changed()
+            self._kick.set()
+
+        await self.writer.run(call, self.events, committed)
 
     def _backoff(self, failures: int) -> float:
         """Capped exponential backoff with full jitter."""
@@ -301,74 +320,109 @@ class WebhookEndpoint(Sink):
         self._changed()
 
     async def _send_loop(self, spool: Spool, client: httpx.AsyncClient) -> None:
-        db = spool.db
-        failures = 0
+        failures = corrupt_streak = 0
         rejections, rejected_seq = 0, -1
         prefetched: tuple[Row | None] | None = None
+        forget: Row | None = None  # delivered, but its row is not deleted yet (the stateDir refused the write)
+        refresh = True  # read this endpoint's disabled flag and share (at start, and from a fresh spool)
         while True:
-            if self.disabled_reason is not None:
-                self.status = "disabled"
-                await trio.sleep(IDLE_POLL)
-                self.disabled_reason = await spool.call(db.disabled, self.name, self.url_hash)
-                continue
-            if prefetched is not None:
-                row, prefetched = prefetched[0], None  # read right after the last delivery, one thread hop fewer
-            else:
-                self._kick = trio.Event()
-                row = await spool.call(db.head, self.name)
-            if row is None:
-                self.status = "active"
-                with trio.move_on_after(IDLE_POLL) as idle:
-                    await self._kick.wait()
-                if idle.cancelled_caught:
-                    await spool.call(db.share, self.name, True)
+            try:
+                if refresh:
+                    self.disabled_reason = await self._call(spool, SpoolDB.disabled, self.name, self.url_hash)
+                    await self._call(spool, SpoolDB.share, self.name, True)
                     self._sync_share()
-                continue
-            if self.wall() - row.enqueued > self.hook.max_age_hours * 3600:
-                await self._bury(spool, row.seq, row.attempts, "expired", row.event_id)
-                continue
-            outcome, error, wait = await self._attempt(client, row.body)
-            if outcome == "success":
-                self._kick = trio.Event()
-                prefetched = (await spool.call(db.delivered, self.name, row.seq),)
-                if failures:
-                    log.info("%s: delivering again after %d failed attempt(s)", self.name, failures)
-                failures = 0
-                self.status, self.last_error, self.last_success = "active", None, self.wall()
-                self.latency.observe(max(0.0, self.last_success - row.enqueued))
-                self._sync_share()
-                self._count(self.attempts, outcome)  # after the spool forgot it: state and counters agree
-                continue
-            self._count(self.attempts, outcome)
-            assert error is not None
-            if outcome == "gone":
-                log.error(
-                    "%s: the receiver answered 410 Gone; endpoint disabled until `nvdaemon spool retry`", self.name
+                    refresh = False
+                if forget is not None:
+                    self._kick = trio.Event()
+                    prefetched = (await self._call(spool, SpoolDB.delivered, self.name, forget.seq, forget.event_id),)
+                    forget = None
+                    self.health.ok()
+                    self._sync_share()
+                    self._changed()
+                corrupt_streak = 0
+                if self.disabled_reason is not None:
+                    self.status = "disabled"
+                    await trio.sleep(IDLE_POLL)
+                    self.disabled_reason = await self._call(spool, SpoolDB.disabled, self.name, self.url_hash)
+                    continue
+                if prefetched is not None:
+                    row, prefetched = prefetched[0], None  # read right after the last delivery, one thread hop fewer
+                else:
+                    self._kick = trio.Event()
+                    row = await self._call(spool, SpoolDB.head, self.name)
+                if row is None:
+                    self.status = "active"
+                    with trio.move_on_after(IDLE_POLL) as idle:
+                        await self._kick.wait()
+                    if idle.cancelled_caught:
+                        await self._call(spool, SpoolDB.share, self.name, True)
+                        self._sync_share()
+                    continue
+                if self.wall() - row.enqueued > self.hook.max_age_hours * 3600:
+                    await self._bury(spool, row, row.attempts, "expired")
+                    continue
+                outcome, error, wait = await self._attempt(client, row.body)
+                if outcome == "success":
+                    self._kick = trio.Event()
+                    if failures:
+                        log.info("%s: delivering again after %d failed attempt(s)", self.name, failures)
+                    failures = 0
+                    self.status, self.last_error, self.last_success = "active", None, self.wall()
+                    self.latency.observe(max(0.0, self.last_success - row.enqueued))
+                    try:
+                        prefetched = (await self._call(spool, SpoolDB.delivered, self.name, row.seq, row.event_id),)
+                    except SpoolUnwritable:
+                        forget = row  # deleted before anything else is sent; until then nothing is sent twice
+                        raise
+                    finally:
+                        self._sync_share()
+                        self._count(self.attempts, outcome)  # after the spool forgot it: state and counters agree
+                    continue
+                self._count(self.attempts, outcome)
+                assert error is not None
+                if outcome == "gone":
+                    log.error(
+                        "%s: the receiver answered 410 Gone; endpoint disabled until `nvdaemon spool retry`", self.name
+                    )
+                    await self._call(spool, SpoolDB.disable, self.name, self.url_hash, error)
+                    self.disabled_reason, self.last_error = error, error
+                    self._changed()
+                    continue
+                failures += 1
+                attempts = row.attempts + 1
+                self._fail(error, failures)
+                # maxAttempts counts the rejections of this event (transient failures are bounded by maxAgeHours).
+                rejections = (
+                    rejections + 1 if outcome == "rejected" and rejected_seq == row.seq else int(outcome == "rejected")
                 )
-                await spool.call(db.disable, self.name, self.url_hash, error)
-                self.disabled_reason, self.last_error = error, error
+                rejected_seq = row.seq
+                if outcome == "rejected" and rejections >= self.hook.max_attempts:
+                    await self._bury(spool, row, attempts, "rejected", error)
+                    continue
+                self.status = "backoff"
+                await self._call(spool, SpoolDB.attempted, row.seq, row.event_id, attempts, error)
+                await trio.sleep(wait if wait is not None else self._backoff(failures))
+                self.status = "active"
+            except SpoolUnwritable as exc:
+                self.health.failed(str(exc))
                 self._changed()
-                continue
-            failures += 1
-            attempts = row.attempts + 1
-            self._fail(error, failures)
-            # maxAttempts counts the rejections of this event (transient failures are bounded by maxAgeHours).
-            rejections = (
-                rejections + 1 if outcome == "rejected" and rejected_seq == row.seq else int(outcome == "rejected")
-            )
-            rejected_seq = row.seq
-            if outcome == "rejected" and rejections >= self.hook.max_attempts:
-                await self._bury(spool, row.seq, attempts, "rejected", row.event_id, error)
-                continue
-            await spool.call(db.attempted, row.seq, attempts, error)
-            self.status = "backoff"
-            await trio.sleep(wait if wait is not None else self._backoff(failures))
-            self.status = "active"
+                await trio.sleep(self.health.delay())
+            except SpoolCorrupt:
+                # A fresh spool: nothing read from the old one is valid (its events were counted as dropped).
+                prefetched, forget, refresh = None, None, True
+                corrupt_streak += 1
+                if corrupt_streak > 1:
+                    await trio.sleep(self.health.delay())
 
-    async def _bury(self, spool: Spool, seq: int, attempts: int, reason: str, event_id: str, error: str = "") -> None:
-        log.warning("%s: event %s is a dead letter (%s) after %d attempt(s)", self.name, event_id, reason, attempts)
-        await spool.call(spool.db.bury, self.name, seq, attempts, reason, error or reason)
-        self._count(self.dropped, reason)
+    async def _bury(self, spool: Spool, row: Row, attempts: int, reason: str, error: str = "") -> None:
+        buried = await self._call(
+            spool, SpoolDB.bury, self.name, row.seq, row.event_id, attempts, reason, error or reason
+        )
+        if buried:
+            log.warning(
+                "%s: event %s is a dead letter (%s) after %d attempt(s)", self.name, row.event_id, reason, attempts
+            )
+            self._count(self.dropped, reason)
         self._sync_share()
 
     async def _attempt(self, client: httpx.AsyncClient, stored: bytes) -> tuple[str, str | None, float | None]:

@@ -1,17 +1,20 @@
 """``nvdaemon spool list|retry`` (on the local stateDir's spool.db) and ``nvdaemon webhook test URL``.
 
 Both work without a running agent; ``spool retry`` is safe while one runs (sqlite WAL; the agent's sender re-reads
-the spool within a few seconds). Nothing here prints a secret or a full URL of a configured endpoint.
+the spool within a few seconds). Nothing here prints a secret or a full URL of a configured endpoint. A damaged or
+unreadable spool is one line on stderr and exit 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
+import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -21,6 +24,11 @@ from nvdaemon.config import LoadedConfig
 from nvdaemon.model import Event, Phase, Severity, new_event_id
 from nvdaemon.sinks import cloudevent, signing, webhook_url
 from nvdaemon.sinks.spool import DEAD, FILE, SpoolDB
+from nvdaemon.sinks.spool_io import classify, reason
+
+
+class SpoolUnusable(Exception):
+    """The spool file cannot be read or written; the message says why, in one line."""
 
 
 def _open(loaded: LoadedConfig) -> SpoolDB | None:
@@ -29,6 +37,33 @@ def _open(loaded: LoadedConfig) -> SpoolDB | None:
         print(f"no spool at {path}", file=sys.stderr)
         return None
     return SpoolDB(path)
+
+
+@contextlib.contextmanager
+def _unusable(loaded: LoadedConfig) -> Iterator[None]:
+    """Turn what a damaged or unreadable spool raises into ``SpoolUnusable`` with one clear line."""
+    path = loaded.state_dir / FILE
+    try:
+        yield
+    except (sqlite3.Error, OSError) as exc:
+        kind = classify(exc)
+        if kind is None:
+            raise
+        why = reason(exc)
+        if kind == "corrupt":
+            msg = f"{path} is damaged ({why}); a running agent moves it aside (.corrupt-<time>) and starts a fresh one"
+        else:
+            msg = f"{path} cannot be read or written ({why})"
+        raise SpoolUnusable(msg) from exc
+
+
+def spool_command(loaded: LoadedConfig, command: Callable[[LoadedConfig], int]) -> int:
+    try:
+        with _unusable(loaded):
+            return command(loaded)
+    except SpoolUnusable as exc:
+        print(f"nvdaemon spool: {exc}", file=sys.stderr)
+        return 2
 
 
 def spool_list(loaded: LoadedConfig) -> int:
@@ -153,5 +188,5 @@ def main(args: argparse.Namespace, load: Callable[[str | None], LoadedConfig | N
     if loaded is None:
         return 2
     if args.spool_command == "list":
-        return spool_list(loaded)
-    return spool_retry(loaded, args.ids)
+        return spool_command(loaded, spool_list)
+    return spool_command(loaded, lambda cfg: spool_retry(cfg, args.ids))

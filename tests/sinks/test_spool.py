@@ -30,7 +30,7 @@ def test_committed_rows_survive_reopen_in_order(tmp_path: Path, db: SpoolDB) -> 
     assert again.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     head = again.head("a")
     assert head is not None and head.event_id == "e0"
-    again.delivered("a", head.seq)
+    again.delivered("a", head.seq, head.event_id)
     head = again.head("a")
     assert head is not None and head.event_id == "e1"
     assert again.share("a").pending == 4
@@ -41,10 +41,10 @@ def test_each_endpoint_has_its_own_cursor_and_share(db: SpoolDB) -> None:
     db.add("b", [("e1", INFO, b"x"), ("e2", INFO, b"x")], BIG, BIG)
     head = db.head("a")
     assert head is not None
-    db.delivered("a", head.seq)
+    db.delivered("a", head.seq, head.event_id)
     assert [db.head(e).event_id for e in ("a", "b")] == ["e2", "e1"]  # type: ignore[union-attr]
     # A full share of "b" never evicts anything of "a".
-    assert db.add("b", [("e3", INFO, b"x")], 2, BIG) == {"spool_full_events": 1}
+    assert db.add("b", [("e3", INFO, b"x")], 2, BIG) == {"spool_full_events": ["e1"]}
     assert ids(db, "a") == ["e2"] and ids(db, "b") == ["e2", "e3"]
 
 
@@ -62,20 +62,21 @@ def test_overflow_drops_dead_letters_then_oldest_lowest_severity(db: SpoolDB) ->
         BIG,
     )
     d1 = next(r for r in db.rows() if r.event_id == "d1")
-    db.bury("a", d1.seq, 3, "rejected", "HTTP 400")
-    # Bound of 5: one more event drops the dead letter first, even though it is critical.
-    assert db.add("a", [("w2", WARNING, b"x")], 5, BIG) == {"spool_full_events": 1}
+    db.bury("a", d1.seq, d1.event_id, 3, "rejected", "HTTP 400")
+    # Bound of 5: one more event drops the dead letter first, even though it is critical. It was counted as a drop
+    # when it died, so it is not reported again (emitted = delivered + drops, exactly).
+    assert db.add("a", [("w2", WARNING, b"x")], 5, BIG) == {"spool_full_events": []}
     assert ids(db) == ["c1", "i1", "w1", "i2", "w2"]
     # Then info, oldest first; then warning, oldest first; critical last.
-    assert db.add("a", [("c2", CRITICAL, b"x")], 5, BIG) == {"spool_full_events": 1}
+    assert db.add("a", [("c2", CRITICAL, b"x")], 5, BIG) == {"spool_full_events": ["i1"]}
     assert ids(db) == ["c1", "w1", "i2", "w2", "c2"]
-    assert db.add("a", [("c3", CRITICAL, b"x"), ("c4", CRITICAL, b"x")], 5, BIG) == {"spool_full_events": 2}
+    assert db.add("a", [("c3", CRITICAL, b"x"), ("c4", CRITICAL, b"x")], 5, BIG) == {"spool_full_events": ["i2", "w1"]}
     assert ids(db) == ["c1", "w2", "c2", "c3", "c4"]
-    assert db.add("a", [("i3", INFO, b"x")], 5, BIG) == {"spool_full_events": 1}
+    assert db.add("a", [("i3", INFO, b"x")], 5, BIG) == {"spool_full_events": ["i3"]}
     assert ids(db) == ["c1", "w2", "c2", "c3", "c4"]  # a new info event is itself the lowest and oldest of its kind
-    assert db.add("a", [("c5", CRITICAL, b"x")], 5, BIG) == {"spool_full_events": 1}
+    assert db.add("a", [("c5", CRITICAL, b"x")], 5, BIG) == {"spool_full_events": ["w2"]}
     assert ids(db) == ["c1", "c2", "c3", "c4", "c5"]
-    assert db.add("a", [("c6", CRITICAL, b"x")], 5, BIG) == {"spool_full_events": 1}
+    assert db.add("a", [("c6", CRITICAL, b"x")], 5, BIG) == {"spool_full_events": ["c1"]}
     assert ids(db) == ["c2", "c3", "c4", "c5", "c6"]
     assert db.share("a").events == 5
 
@@ -83,7 +84,7 @@ def test_overflow_drops_dead_letters_then_oldest_lowest_severity(db: SpoolDB) ->
 def test_byte_bound_uses_the_same_order_and_its_own_reason(db: SpoolDB) -> None:
     db.add("a", [("i1", INFO, b"x" * 100), ("c1", CRITICAL, b"x" * 100), ("w1", WARNING, b"x" * 100)], BIG, 1000)
     assert db.share("a").bytes == 300
-    assert db.add("a", [("c2", CRITICAL, b"x" * 150)], BIG, 300) == {"spool_full_bytes": 2}
+    assert db.add("a", [("c2", CRITICAL, b"x" * 150)], BIG, 300) == {"spool_full_bytes": ["i1", "w1"]}
     assert ids(db) == ["c1", "c2"]
     assert db.share("a").bytes == 250
     # The cached share matches the table.
@@ -93,8 +94,8 @@ def test_byte_bound_uses_the_same_order_and_its_own_reason(db: SpoolDB) -> None:
 def test_dead_letters_are_kept_and_retry_revives_them(tmp_path: Path, db: SpoolDB) -> None:
     db.add("a", [("e1", INFO, b"x"), ("e2", INFO, b"x"), ("e3", INFO, b"x")], BIG, BIG, now=100.0)
     rows = db.rows()
-    db.bury("a", rows[0].seq, 3, "rejected", "HTTP 400")
-    db.bury("a", rows[1].seq, 9, "expired", "HTTP 503")
+    db.bury("a", rows[0].seq, "e1", 3, "rejected", "HTTP 400")
+    db.bury("a", rows[1].seq, "e2", 9, "expired", "HTTP 503")
     assert db.head("a").event_id == "e3"  # type: ignore[union-attr]
     assert [(r.event_id, r.state, r.dead_reason) for r in db.rows(DEAD)] == [
         ("e1", DEAD, "rejected"),

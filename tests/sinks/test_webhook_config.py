@@ -118,7 +118,7 @@ def test_spool_list_and_retry_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
     body = b'{"id":"e1","node":"n","tier":"core","device":"sda","condition":"smart_failing","phase":"ENTER",'
     body += b'"severity":"critical","seq":1,"started_at":0.0}'
     db.add("webhook:a.example", [("e1", 2, body), ("e2", 0, b"{}")], 10, 10**6)
-    db.bury("webhook:a.example", db.rows()[0].seq, 3, "rejected", "HTTP 400")
+    db.bury("webhook:a.example", db.rows()[0].seq, "e1", 3, "rejected", "HTTP 400")
     db.disable("webhook:a.example", "h", "HTTP 410")
     assert cli.main(["spool", "list", "--config", str(config)]) == 0
     out = capsys.readouterr().out

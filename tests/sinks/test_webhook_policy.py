@@ -19,7 +19,8 @@ from prometheus_client.registry import Collector
 
 from nvdaemon.config import SpoolConfig
 from nvdaemon.sinks import signing
-from nvdaemon.sinks.spool import DEAD, FILE, Spool, SpoolDB
+from nvdaemon.sinks.spool import DEAD, FILE, SpoolDB
+from nvdaemon.sinks.spool_io import Spool
 from nvdaemon.sinks.webhook import WebhookEndpoint, retry_after
 from nvdaemon.sinks.webhook_url import endpoint_names
 
@@ -33,13 +34,9 @@ Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 def inline_spool(monkeypatch: pytest.MonkeyPatch) -> None:
     async def call(self: Spool, fn: Callable[..., Any], *args: Any) -> Any:
         await trio.lowlevel.checkpoint()
-        return fn(*args)
-
-    async def open_(cls: type[Spool], state_dir: Path) -> Spool:
-        return cls(SpoolDB(state_dir / FILE))
+        return self.run(fn, *args)
 
     monkeypatch.setattr(Spool, "call", call)
-    monkeypatch.setattr(Spool, "open", classmethod(open_))
 
 
 class Script:
@@ -224,7 +221,7 @@ async def test_spool_overflow_is_counted_per_reason(tmp_path: Path, autojump_clo
             bus.publish(event(i, severity=sev))
         await until(lambda: sink.dropped.get("spool_full_events") == 2)
         assert sink.backlog == 3
-        assert 'nodevitals_delivery_dropped_total{reason="spool_full_events",sink="webhook:test"} 2.0' in exposition(
+        assert 'nodevitals_webhook_dropped_total{reason="spool_full_events",sink="webhook:test"} 2.0' in exposition(
             sink
         )
     left = [r.event_id for r in SpoolDB(tmp_path / FILE).rows()]
@@ -282,10 +279,10 @@ async def test_events_arriving_during_a_commit_are_drained_on_shutdown(
 
     async def call(self: Spool, fn: Callable[..., Any], *args: Any) -> Any:
         await trio.lowlevel.checkpoint()
-        if getattr(fn, "__name__", "") == "add" and not gate.is_set():
+        if fn is SpoolDB.add and not gate.is_set():
             in_commit.set()
             await gate.wait()  # a slow fsync
-        return fn(*args)
+        return self.run(fn, *args)
 
     monkeypatch.setattr(Spool, "call", call)
     script = Script(lambda seq, n: None)

@@ -1,0 +1,89 @@
+"""What a webhook endpoint shows in /metrics (families built from its counters; no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from nvdaemon.sinks.webhook import WebhookEndpoint
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+DROP_REASONS = (
+    "spool_full_events, spool_full_bytes (spool over its bound), spool_unwritable (stateDir refused writes and the "
+    "in-memory buffer was full), spool_corrupt (pending in a damaged spool that was moved aside), "
+    "unspooled_at_stop (in memory when the endpoint was removed or replaced), expired, rejected (dead letters)"
+)
+
+
+@dataclass
+class Histogram:
+    buckets: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
+    count: int = 0
+    total: float = 0.0
+
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        for i, le in enumerate(BUCKETS):
+            if value <= le:
+                self.buckets[i] += 1
+
+
+def endpoint_metrics(ep: WebhookEndpoint) -> Iterator[Metric]:
+    s = [ep.name]
+    attempts = CounterMetricFamily(
+        "nodevitals_delivery_attempts", "Webhook delivery attempts by outcome.", labels=["sink", "outcome"]
+    )
+    for outcome, n in sorted(ep.attempts.items()):
+        attempts.add_metric([*s, outcome], n)
+    # Per reason; nodevitals_delivery_dropped_total{sink} (the Go agent's series) is their sum.
+    dropped = CounterMetricFamily(
+        "nodevitals_webhook_dropped",
+        f"Events a webhook endpoint gave up on, by reason: {DROP_REASONS}.",
+        labels=["sink", "reason"],
+    )
+    for why, n in sorted(ep.dropped.items()):
+        dropped.add_metric([*s, why], n)
+    backlog = GaugeMetricFamily("nodevitals_delivery_backlog", "Spooled events not yet delivered.", labels=["sink"])
+    backlog.add_metric(s, ep.backlog)
+    unspooled = GaugeMetricFamily(
+        "nodevitals_webhook_unspooled",
+        "Events held in memory because the spool could not be written yet (not safe from a crash).",
+        labels=["sink"],
+    )
+    unspooled.add_metric(s, len(ep.writer.buffer))
+    dead = GaugeMetricFamily(
+        "nodevitals_delivery_dead_letters", "Dead letters kept in the spool for inspection.", labels=["sink"]
+    )
+    dead.add_metric(s, ep.dead_letters)
+    disabled = GaugeMetricFamily(
+        "nodevitals_delivery_endpoint_disabled", "1 if the endpoint answered 410 Gone and is disabled.", labels=["sink"]
+    )
+    disabled.add_metric(s, 1.0 if ep.status == "disabled" else 0.0)
+    quarantines = CounterMetricFamily(
+        "nodevitals_webhook_spool_quarantines",
+        "Damaged spool files moved aside (and replaced by a fresh one); held=unknown when the pending events it held "
+        "could not be counted.",
+        labels=["sink", "held"],
+    )
+    for held, n in sorted(ep.quarantined.items()):
+        quarantines.add_metric([*s, held], n)
+    yield from (attempts, dropped, backlog, unspooled, dead, disabled, quarantines)
+    if ep.last_success is not None:
+        last = GaugeMetricFamily(
+            "nodevitals_delivery_last_success_timestamp_seconds", "When the last 2xx was received.", labels=["sink"]
+        )
+        last.add_metric(s, ep.last_success)
+        yield last
+    latency = HistogramMetricFamily(
+        "nodevitals_delivery_latency_seconds",
+        "Seconds from an event entering the spool to the receiver's 2xx.",
+        labels=["sink"],
+    )
+    cumulative = [(str(le), float(n)) for le, n in zip(BUCKETS, ep.latency.buckets, strict=True)]
+    latency.add_metric(s, [*cumulative, ("+Inf", float(ep.latency.count))], ep.latency.total)
+    yield latency
