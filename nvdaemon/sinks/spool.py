@@ -21,6 +21,9 @@ file can never touch another event in the new one.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +38,10 @@ FILE = "spool.db"
 PENDING, DEAD = 0, 1
 T = TypeVar("T")
 Drops = dict[str, list[str]]  # reason -> ids of the events dropped for it
+LOW_SPACE = 16 * 1024 * 1024  # bytes free in stateDir below which every write is followed by a checkpoint
+WAL_PAGES = 10  # pages one small transaction writes to the WAL, at most (the table, three indexes, the sequence)
+WRITE_COST = 4  # disk bytes a transaction may take per byte of event added, at most (WAL, indexes, checkpoint)
+BUSY_TIMEOUT_MS = 30_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS spool (
@@ -95,7 +102,7 @@ class SpoolDB:
     def __init__(self, path: Path) -> None:
         ensure_dir(path.parent)
         self.path = path
-        self.db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
         try:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.executescript(_SCHEMA)
@@ -111,7 +118,39 @@ class SpoolDB:
 
     def _tx(self, sync: str, fn: Callable[[], T]) -> T:
         self.db.execute(f"PRAGMA synchronous={sync}")
-        return transaction(self.db, fn)
+        result = transaction(self.db, fn)
+        if self.free_space() < LOW_SPACE:
+            with contextlib.suppress(sqlite3.Error):  # committed all the same; the next write tries again
+                self.checkpoint()
+        return result
+
+    def _room_for(self, items: Sequence[tuple[str, int, bytes]]) -> bool:
+        """Whether adding ``items`` leaves the room that deleting delivered events needs.
+
+        Refused before writing, because new events must never take the last bytes: without them a delete could not
+        be written (nor the checkpoint that gives the WAL's space back, see ``checkpoint``) and the spool could not
+        even shrink. The WAL needs real free space for the transaction's pages (WAL_PAGES of tree pages, plus the
+        events at WRITE_COST bytes per byte) and gives it back at the checkpoint; the file grows by at most as much
+        (page splits), less what the pages freed by earlier deliveries can hold. What is left after that growth must
+        still hold such a transaction, so the next one (or a delete, which needs less) always fits."""
+        free = self.free_space()
+        if free >= LOW_SPACE:
+            return True
+        page = self._pragma("page_size")
+        written = WAL_PAGES * page + WRITE_COST * sum(len(body) for _, _, body in items)
+        growth = max(0, written - self._pragma("freelist_count") * page)  # page splits: every page may be new
+        return free - growth >= written  # so the next transaction of this size, or a delete, still fits
+
+    def _pragma(self, name: str) -> int:
+        return int(self.db.execute(f"PRAGMA {name}").fetchone()[0])
+
+    def free_space(self) -> float:
+        """Bytes free for this process in the stateDir's filesystem (a statvfs: microseconds); inf if unknown."""
+        try:
+            st = os.statvfs(self.path.parent)
+        except OSError:
+            return float("inf")
+        return float(st.f_bavail * st.f_frsize)
 
     def share(self, endpoint: str, refresh: bool = False) -> Share:
         sh = self._shares.get(endpoint)
@@ -128,6 +167,21 @@ class SpoolDB:
                     sh.dead += n
             self._shares[endpoint] = sh
         return sh
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file and cut the WAL to nothing, giving its space back. Never waits for
+        a reader (the CLI): with one, nothing happens.
+
+        Why: sqlite checkpoints on its own only once the WAL holds 1000 pages (4 MiB). On a disk with less room than
+        that, the WAL takes every byte left, and then nothing can be written, not even the checkpoint that would
+        free it, since the database file must grow to take the pages. So with little space left the spool
+        checkpoints after every write (and after a write refused for space), while the database can still grow.
+        """
+        self.db.execute("PRAGMA busy_timeout=0")
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            self.db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
     def cached_share(self, endpoint: str) -> Share | None:
         """The share as last counted, without touching the file (a dict read: safe from the trio thread)."""
@@ -150,6 +204,8 @@ class SpoolDB:
         ids by reason (dead letters among them were counted when they died, so only pending ones are listed)."""
         sh = self.share(endpoint)
         now = time.time() if now is None else now
+        if not self._room_for(items):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
         def work() -> Drops:
             for event_id, severity, body in items:

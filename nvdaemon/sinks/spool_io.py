@@ -21,6 +21,7 @@ What can go wrong with the file, and what a caller gets:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -88,6 +89,12 @@ def classify(exc: BaseException) -> str | None:
     return None
 
 
+def _full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == SQLITE_FULL or "disk is full" in str(exc)
+
+
 def reason(exc: BaseException) -> str:
     """A short, operator-readable reason: the sqlite message or the OS error text (no path)."""
     if isinstance(exc, OSError) and exc.strerror:
@@ -150,6 +157,11 @@ class Spool:
             if kind == "corrupt":
                 raise SpoolCorrupt(self._quarantine(reason(exc))) from exc
             if kind == "unwritable":
+                if self.db is not None and _full(exc):
+                    # The WAL only restarts from its beginning after a checkpoint, and the automatic one waits for
+                    # 1000 pages: on a small or nearly full disk it may never come, and every write then fails.
+                    with contextlib.suppress(sqlite3.Error):
+                        self.db.checkpoint()
                 raise SpoolUnwritable(reason(exc)) from exc
             raise
 

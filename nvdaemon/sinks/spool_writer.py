@@ -1,11 +1,12 @@
 """An endpoint's ingest: events from its bus channel into the spool, kept in memory while the stateDir refuses them.
 
 ``SpoolWriter.run`` takes what the channel holds into a bounded in-memory ``Buffer``, commits the buffer to the spool
-(oldest first, ``BATCH`` events per ``synchronous=FULL`` transaction) and only forgets an event once its transaction
-has committed. A write the stateDir refuses (``SpoolUnwritable``: full disk, read-only, I/O error) changes nothing:
-the events stay in the buffer, the channel keeps being drained into it, and the write is tried again after a capped
-exponential backoff with jitter (``StorageHealth``); a damaged spool (``SpoolCorrupt``) has already been replaced by
-a fresh one, so the write is tried again at once.
+(oldest first, up to ``BATCH`` events per ``synchronous=FULL`` transaction; half as many after a refused one, so a
+nearly full disk still takes small ones) and only forgets an event once its transaction has committed. A write the
+stateDir refuses (``SpoolUnwritable``: full disk, read-only, I/O error) changes nothing: the events stay in the
+buffer, the channel keeps being drained into it, and the write is tried again after a capped exponential backoff
+with jitter (``StorageHealth``); a damaged spool (``SpoolCorrupt``) has already been replaced by a fresh one, so the
+write is tried again at once.
 
 ``committed_through`` is what the engine may be saved up to: the seq before the oldest event still in the buffer,
 or the last seq taken when the buffer is empty. It never passes an event that is neither on disk nor dropped and
@@ -42,7 +43,7 @@ BATCH = 1000  # events per transaction, and per take from the channel
 BUFFER_EVENTS = 10_000
 BUFFER_BYTES = 16 * 1024 * 1024
 RETRY_BASE_SECONDS = 0.5
-RETRY_MAX_SECONDS = 30.0
+RETRY_MAX_SECONDS = 30.0  # a freed disk is noticed within this long
 DRAIN_SECONDS = 2.0
 UNWRITABLE = "spool_unwritable"  # drop reason: the buffer was full while the stateDir refused writes
 
@@ -119,9 +120,17 @@ class Buffer:
 class StorageHealth:
     """Whether the spool's last write succeeded; the retry delay while it does not. Logged once per streak."""
 
-    def __init__(self, name: str, jitter: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        name: str,
+        jitter: Callable[[], float] = random.random,
+        base: float = RETRY_BASE_SECONDS,
+        cap: float = RETRY_MAX_SECONDS,
+    ) -> None:
         self.name = name
         self.jitter = jitter
+        self.base = base
+        self.cap = cap
         self.error: str | None = None
         self.failures = 0
 
@@ -142,7 +151,7 @@ class StorageHealth:
 
     def delay(self) -> float:
         """Capped exponential, equal jitter: a floor so a refused write is never retried in a hot loop."""
-        ceiling = min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * float(2 ** min(max(self.failures - 1, 0), 30)))
+        ceiling = min(self.cap, self.base * float(2 ** min(max(self.failures - 1, 0), 30)))
         return ceiling / 2 + ceiling / 2 * self.jitter()
 
 
@@ -167,6 +176,16 @@ class SpoolWriter:
         self.wall = wall
         self.buffer = Buffer(buffer_events, buffer_bytes)
         self.taken_seq = 0
+        self.batch = BATCH  # events per transaction: halved after a refused one, doubled back after a success
+        self._waiting: trio.CancelScope | None = None  # the wait before a retry
+        self._woken = False  # ``wake`` came while no wait was on
+
+    def wake(self) -> None:
+        """Retry a refused write now: the sender just freed room in the spool."""
+        if self._waiting is not None:
+            self._waiting.cancel()
+        else:
+            self._woken = True
 
     def committed_through(self) -> int:
         oldest = self.buffer.min_seq()
@@ -191,7 +210,7 @@ class SpoolWriter:
         sc = self.spool_config
         fresh_retry = True
         while self.buffer:
-            items = self.buffer.oldest(BATCH)
+            items = self.buffer.oldest(self.batch)
             rows = [(i.event_id, i.severity, i.body) for i in items]
             try:
                 # Shielded: once the transaction has committed, the buffer must learn it, or the events would be
@@ -205,17 +224,21 @@ class SpoolWriter:
                 self.health.failed(str(exc))
                 return False
             except SpoolUnwritable as exc:
+                # A transaction too big for the space left would fail forever: the next one is half the size.
+                self.batch = max(1, len(items) // 2)
                 self.health.failed(str(exc))
                 return False
+            self.batch = min(BATCH, self.batch * 2)
             self.buffer.remove_oldest(items)
             self.health.ok()
             for why, ids in drops.items():
                 if ids:
                     self.on_drop(why, ids)
+            self.on_committed(self.committed_through())  # also wakes the sender: there is something to send
         self.on_committed(self.committed_through())
         return True
 
-    async def run(self, call: Caller, events: trio.MemoryReceiveChannel[Event], kick: Callable[[], None]) -> None:
+    async def run(self, call: Caller, events: trio.MemoryReceiveChannel[Event]) -> None:
         try:
             while True:
                 if not self.buffer:
@@ -225,13 +248,17 @@ class SpoolWriter:
                         return
                 self.take_available(events)
                 if await self.flush(call):
-                    kick()
                     continue
-                # Refused: keep draining the channel (the bus would drop what it cannot hold) until the retry.
-                with trio.move_on_after(self.health.delay()):
+                # Refused: keep draining the channel (the bus would drop what it cannot hold) until the retry, or
+                # until ``wake`` says room was made (a delivered event deleted from a full spool).
+                if self._woken:  # room was made while that write was refused: try again at once
+                    self._woken = False
+                    continue
+                with trio.move_on_after(self.health.delay()) as self._waiting:
                     async for ev in events:
                         self.take(ev)
                     await trio.sleep_forever()
+                self._waiting = None
         finally:
             # Stopping: whatever the channel holds goes to the spool too, within a bounded, shielded time.
             with trio.CancelScope(shield=True), trio.move_on_after(DRAIN_SECONDS):

@@ -45,7 +45,7 @@ from nvdaemon.model import Event
 from nvdaemon.sinks import Sink, cloudevent, signing, webhook_url
 from nvdaemon.sinks.spool import Row, SpoolDB
 from nvdaemon.sinks.spool_io import Quarantine, Spool, SpoolCorrupt, SpoolUnwritable
-from nvdaemon.sinks.spool_writer import BUFFER_EVENTS, SpoolWriter, StorageHealth
+from nvdaemon.sinks.spool_writer import BUFFER_EVENTS, RETRY_MAX_SECONDS, SpoolWriter, StorageHealth
 from nvdaemon.sinks.webhook_metrics import Histogram, endpoint_metrics
 
 if TYPE_CHECKING:
@@ -139,7 +139,10 @@ class WebhookEndpoint(Sink):
         self.quarantined: dict[str, int] = {}  # held=counted|unknown -> damaged spool files moved aside
         self.quarantine_log: list[dict[str, Any]] = []  # the last few, for the status document
         self.latency = Histogram()
-        self.health = StorageHealth(name, jitter)
+        # Refused spool writes are retried on the endpoint's backoff, capped lower: a freed disk is noticed soon.
+        self.health = StorageHealth(
+            name, jitter, hook.backoff_base_seconds, min(hook.backoff_max_seconds, RETRY_MAX_SECONDS)
+        )
         # The writer (and its memory buffer) belongs to the sink, not to a run of its task: a crash and restart of
         # the task loses nothing it held.
         self.writer = SpoolWriter(
@@ -147,7 +150,7 @@ class WebhookEndpoint(Sink):
             spool_config,
             self.health,
             on_drop=self.drop,
-            on_committed=self.mark_committed,
+            on_committed=self._spooled,
             wall=wall,
             buffer_events=buffer_events,
         )
@@ -300,12 +303,14 @@ class WebhookEndpoint(Sink):
         async def call(fn: Callable[..., T], *args: Any) -> T:
             return await self._call(spool, fn, *args)
 
-        def committed() -> None:
-            self._sync_share()
-            self._changed()
-            self._kick.set()
+        await self.writer.run(call, self.events)
 
-        await self.writer.run(call, self.events, committed)
+    def _spooled(self, seq: int) -> None:
+        """The writer committed (or dropped, counted) every event up to ``seq``: tell the agent, wake the sender."""
+        self.mark_committed(seq)
+        self._sync_share()
+        self._changed()
+        self._kick.set()
 
     def _backoff(self, failures: int) -> float:
         """Capped exponential backoff with full jitter."""
@@ -336,9 +341,7 @@ class WebhookEndpoint(Sink):
                     self._kick = trio.Event()
                     prefetched = (await self._call(spool, SpoolDB.delivered, self.name, forget.seq, forget.event_id),)
                     forget = None
-                    self.health.ok()
-                    self._sync_share()
-                    self._changed()
+                    self._room_made()
                 corrupt_streak = 0
                 if self.disabled_reason is not None:
                     self.status = "disabled"
@@ -371,6 +374,8 @@ class WebhookEndpoint(Sink):
                     self.latency.observe(max(0.0, self.last_success - row.enqueued))
                     try:
                         prefetched = (await self._call(spool, SpoolDB.delivered, self.name, row.seq, row.event_id),)
+                        if self.health.error is not None:
+                            self.writer.wake()  # room made in a full spool
                     except SpoolUnwritable:
                         forget = row  # deleted before anything else is sent; until then nothing is sent twice
                         raise
@@ -413,6 +418,13 @@ class WebhookEndpoint(Sink):
                 corrupt_streak += 1
                 if corrupt_streak > 1:
                     await trio.sleep(self.health.delay())
+
+    def _room_made(self) -> None:
+        """A delete refused before went through: the writer may now find room."""
+        self.health.ok()
+        self.writer.wake()
+        self._sync_share()
+        self._changed()
 
     async def _bury(self, spool: Spool, row: Row, attempts: int, reason: str, error: str = "") -> None:
         buried = await self._call(

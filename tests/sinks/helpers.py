@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import base64
+import errno
+import os
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import msgspec
+import pytest
 import trio
 
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.model import Event, Phase
+from nvdaemon.sinks.spool import SpoolDB
+from nvdaemon.sinks.spool_io import Spool
 from nvdaemon.sinks.webhook import WebhookEndpoint
+
+T = TypeVar("T")
 
 SECRET = "whsec_" + base64.b64encode(b"nvdaemon-test-key-0123456789abcdef").decode()
 OLD_SECRET = "whsec_" + base64.b64encode(b"nvdaemon-old-key-0123456789abcdef!").decode()
@@ -52,9 +60,12 @@ async def running(
     transport: httpx.AsyncBaseTransport | None = None,
     wall: Callable[[], float] = time.time,
     jitter: Callable[[], float] = lambda: 1.0,
+    **more: Any,
 ) -> AsyncIterator[tuple[WebhookEndpoint, EventBus]]:
     bus = EventBus()
-    sink = WebhookEndpoint(name, h, spool or SpoolConfig(), state_dir, transport=transport, wall=wall, jitter=jitter)
+    sink = WebhookEndpoint(
+        name, h, spool or SpoolConfig(), state_dir, transport=transport, wall=wall, jitter=jitter, **more
+    )
     sink.attach(bus)
     async with trio.open_nursery() as nursery:
         await nursery.start(sink.serve)
@@ -66,3 +77,77 @@ async def until(predicate: Callable[[], bool], timeout: float = 15.0, step: floa
     with trio.fail_after(timeout):
         while not predicate():
             await trio.sleep(step)
+
+
+class Faults:
+    """Write errors injected where the spool writes: every write transaction (``SpoolDB._tx``) raises ``error``
+    while it is set, and opening the file raises ``open_error`` while that is set."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        self.open_error: BaseException | None = None
+
+    def opener(self, path: Path) -> SpoolDB:
+        if self.open_error is not None:
+            raise self.open_error
+        faults = self
+
+        class Flaky(SpoolDB):
+            def _tx(self, sync: str, fn: Callable[[], T]) -> T:
+                if faults.error is not None:
+                    raise faults.error
+                return super()._tx(sync, fn)
+
+        return Flaky(path)
+
+
+def disk_full() -> sqlite3.OperationalError:
+    exc = sqlite3.OperationalError("database or disk is full")
+    exc.sqlite_errorcode = 13  # SQLITE_FULL, as sqlite sets it
+    return exc
+
+
+def io_error() -> OSError:
+    return OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def read_only() -> sqlite3.OperationalError:
+    exc = sqlite3.OperationalError("attempt to write a readonly database")
+    exc.sqlite_errorcode = 8  # SQLITE_READONLY
+    return exc
+
+
+def inline_spool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spool calls run inline (no worker thread), so that ``autojump_clock`` never jumps while sqlite works."""
+
+    async def call(self: Spool, fn: Callable[..., Any], *args: Any) -> Any:
+        await trio.lowlevel.checkpoint()
+        return self.run(fn, *args)
+
+    monkeypatch.setattr(Spool, "call", call)
+
+
+class Script:
+    """A receiver inside httpx: records (virtual time, event seq, headers); answers what ``answer`` says."""
+
+    def __init__(self, answer: Callable[[int, int], httpx.Response | None]) -> None:
+        self.answer = answer  # (seq, nth attempt of this seq) -> response, or None to hang
+        self.calls: list[tuple[float, int, dict[str, str]]] = []
+        self.delivered: list[int] = []
+
+    def transport(self) -> httpx.MockTransport:
+        async def handle(request: httpx.Request) -> httpx.Response:
+            seq = int(request.headers["webhook-id"].rsplit("-", 1)[1])
+            self.calls.append((trio.current_time(), seq, dict(request.headers)))
+            resp = self.answer(seq, sum(1 for c in self.calls if c[1] == seq))
+            if resp is None:
+                await trio.sleep_forever()
+            assert resp is not None
+            if resp.is_success:
+                self.delivered.append(seq)
+            return resp
+
+        return httpx.MockTransport(handle)
+
+    def times(self, seq: int) -> list[float]:
+        return [t for t, s, _ in self.calls if s == seq]

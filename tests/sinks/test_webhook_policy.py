@@ -24,45 +24,15 @@ from nvdaemon.sinks.spool_io import Spool
 from nvdaemon.sinks.webhook import WebhookEndpoint, retry_after
 from nvdaemon.sinks.webhook_url import endpoint_names
 
-from .helpers import SECRET, event, hook, running, until
+from .helpers import SECRET, Script, event, hook, inline_spool, running, until
 
 URL = "https://receiver.example:8443/hooks/hw?token=do-not-show"
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
 
 @pytest.fixture(autouse=True)
-def inline_spool(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def call(self: Spool, fn: Callable[..., Any], *args: Any) -> Any:
-        await trio.lowlevel.checkpoint()
-        return self.run(fn, *args)
-
-    monkeypatch.setattr(Spool, "call", call)
-
-
-class Script:
-    """A receiver inside httpx: records (virtual time, event seq, headers); answers what ``answer`` says."""
-
-    def __init__(self, answer: Callable[[int, int], httpx.Response | None]) -> None:
-        self.answer = answer  # (seq, nth attempt of this seq) -> response, or None to hang
-        self.calls: list[tuple[float, int, dict[str, str]]] = []
-        self.delivered: list[int] = []
-
-    def transport(self) -> httpx.MockTransport:
-        async def handle(request: httpx.Request) -> httpx.Response:
-            seq = int(request.headers["webhook-id"].rsplit("-", 1)[1])
-            self.calls.append((trio.current_time(), seq, dict(request.headers)))
-            resp = self.answer(seq, sum(1 for c in self.calls if c[1] == seq))
-            if resp is None:
-                await trio.sleep_forever()
-            assert resp is not None
-            if resp.is_success:
-                self.delivered.append(seq)
-            return resp
-
-        return httpx.MockTransport(handle)
-
-    def times(self, seq: int) -> list[float]:
-        return [t for t, s, _ in self.calls if s == seq]
+def _inline(monkeypatch: pytest.MonkeyPatch) -> None:
+    inline_spool(monkeypatch)
 
 
 def gaps(times: list[float]) -> list[float]:
