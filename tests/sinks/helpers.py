@@ -86,6 +86,7 @@ class Faults:
     def __init__(self) -> None:
         self.error: BaseException | None = None
         self.open_error: BaseException | None = None
+        self.once: BaseException | None = None  # raised by the next write only
 
     def opener(self, path: Path) -> SpoolDB:
         if self.open_error is not None:
@@ -94,6 +95,9 @@ class Faults:
 
         class Flaky(SpoolDB):
             def _tx(self, sync: str, fn: Callable[[], T]) -> T:
+                if faults.once is not None:
+                    exc, faults.once = faults.once, None
+                    raise exc
                 if faults.error is not None:
                     raise faults.error
                 return super()._tx(sync, fn)
@@ -104,6 +108,12 @@ class Faults:
 def disk_full() -> sqlite3.OperationalError:
     exc = sqlite3.OperationalError("database or disk is full")
     exc.sqlite_errorcode = 13  # SQLITE_FULL, as sqlite sets it
+    return exc
+
+
+def malformed() -> sqlite3.DatabaseError:
+    exc = sqlite3.DatabaseError("database disk image is malformed")
+    exc.sqlite_errorcode = 11  # SQLITE_CORRUPT
     return exc
 
 
