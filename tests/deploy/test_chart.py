@@ -410,6 +410,7 @@ def test_prometheus_rule_alerts_on_the_agents_own_health(tmp_path: Path) -> None
     assert "nodevitals_collector_success" in alerts["NvdaemonCollectorFailing"]
     assert "nodevitals_delivery_backlog" in alerts["NvdaemonDeliveryBacklogGrowing"]
     assert "nvsentinel_health_events_publisher_sends_error_total" in alerts["NvdaemonNvsentinelSendsFailing"]
+    assert alerts["NvdaemonStateDirUnwritable"] == "nodevitals_sink_state_writable == 0"
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool not found (Debian package prometheus): PromQL of the alerts not checked")
