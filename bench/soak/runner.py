@@ -24,9 +24,10 @@ import trio
 from bench.common import ROOT, BenchError, free_port, rss_kib
 from bench.soak import verdict
 from bench.soak.clients import Reader, StallEpisode, stall
+from bench.soak.disk import StateDisk
 from bench.soak.host import Host, write_atomic
 from bench.soak.receiver import FlappingReceiver
-from bench.soak.verdict import Check, Kill, LoggedEvent, Run, Verdict, parse_log
+from bench.soak.verdict import Check, FullPhase, Kill, LoggedEvent, Run, Verdict, parse_drops, parse_log
 from nvdaemon import engine
 from nvdaemon.sinks.spool import DEAD, PENDING, SpoolDB
 from nvdaemon.sinks.spool import FILE as SPOOL_FILE
@@ -62,6 +63,8 @@ class Soak:
         self.warmup = min(60.0, max(10.0, seconds / 6))
         self.host = Host(workdir)
         self.state_dir = workdir / "state"
+        self.disk = StateDisk(self.state_dir)  # its own tmpfs where root: a phase fills it
+        self.full = FullPhase()
         self.config_path = workdir / "config.yaml"
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -288,6 +291,31 @@ class Soak:
             self.episodes.append(episode)
             await trio.sleep(self.rng.uniform(4.0, 8.0))
 
+    async def fill_state_dir(self, at: float, hold: float) -> None:
+        """Fill the stateDir to the last byte for ``hold`` seconds, watching the agent show it; then free it."""
+        await trio.sleep_until(at)
+        async with self.lock:  # never half-way through the restart
+            self.full.ballast = await trio.to_thread.run_sync(self.disk.fill)
+        began = trio.current_time()
+        try:
+            while trio.current_time() - began < hold:
+                await trio.sleep(0.5)
+                st = await self.state()
+                sinks: dict[str, Any] = (st or {}).get("sinks", {})
+                hook: dict[str, Any] = next((v for k, v in sinks.items() if k.startswith("webhook:")), {})
+                if hook.get("state") == "degraded" and hook.get("stateWritable") is False:
+                    self.full.degraded = True
+                self.full.unspooled_max = max(self.full.unspooled_max, int(hook.get("unspooled") or 0))
+                r = await self.get("/metrics")
+                if r is not None and any(
+                    line.startswith("nodevitals_sink_state_writable{") and line.endswith(" 0.0")
+                    for line in r.text.splitlines()
+                ):
+                    self.full.metric_zero = True
+        finally:
+            self.disk.free()  # also when the chaos ends first
+            self.full.seconds = trio.current_time() - began
+
     async def sample(self) -> None:
         while True:
             run = self.run
@@ -316,6 +344,8 @@ class Soak:
 
     # ---- the whole soak -------------------------------------------------------------------------------------------
     async def main(self) -> Verdict:
+        await trio.to_thread.run_sync(self.disk.mount)
+        self.full.skipped = self.disk.skipped
         self.write_config()
         await trio.to_thread.run_sync(self.receiver.set_mode, "ok")
         await trio.to_thread.run_sync(self.connector.start)
@@ -336,6 +366,9 @@ class Soak:
                     for reader in self.readers:
                         chaos.start_soon(reader.run)
                     chaos.start_soon(self.kill_and_restart, began + self.seconds / 2)
+                    if self.disk.mounted:  # after the restart, well before the end
+                        hold = max(8.0, self.seconds / 10)
+                        chaos.start_soon(self.fill_state_dir, began + self.seconds * 0.6, hold)
                     await trio.sleep_until(began + self.seconds)
                     async with self.lock:  # no SIGHUP or restart half done
                         chaos.cancel_scope.cancel()
@@ -351,6 +384,7 @@ class Soak:
                 if run.proc.poll() is None:
                     run.proc.kill()
                     run.proc.wait()
+            await trio.to_thread.run_sync(self.disk.unmount, self.workdir / "state-final")
         return Verdict(self.seconds, checks, self.workdir, self.summary())
 
     async def calm_drain_and_stop(self) -> list[Check]:
@@ -399,10 +433,11 @@ class Soak:
         finally:
             db.close()
         receipts = self.receiver.snapshot()
+        must = self.must_deliver(logged)
         return [
-            verdict.check_delivery(
-                logged, self.must_deliver(logged), receipts, self.receiver, self.kill, drained, drain_seconds
-            ),
+            verdict.check_delivery(logged, must, receipts, self.receiver, self.kill, drained, drain_seconds),
+            verdict.check_accounting(logged, receipts, self.drops(), must, final),
+            verdict.check_full_state_dir(self.full, final),
             verdict.check_receiver_view(receipts, final),
             verdict.check_connector(self.connector, final),
             verdict.check_stream(self.readers, self.episodes, logged),
@@ -420,7 +455,12 @@ class Soak:
         ]
 
     def must_deliver(self, logged: list[LoggedEvent]) -> set[str]:
-        return verdict.must_deliver(logged, len(self.runs), self.kill)
+        """What must be acked: see ``verdict.must_deliver``, less what the agent dropped and counted (by id)."""
+        dropped = {i for run in self.drops().values() for i in run}
+        return verdict.must_deliver(logged, len(self.runs), self.kill) - dropped
+
+    def drops(self) -> dict[int, dict[str, str]]:
+        return {run.index: parse_drops(run.log_path) for run in self.runs}
 
     async def drain(self, deadline: float) -> tuple[bool, dict[str, Any] | None]:
         """Wait until the webhook backlog and the NVSentinel differences are gone, every durable event is acked,

@@ -316,3 +316,74 @@ def check_resources(runs: list[Run], warmup: float) -> list[Check]:
             )
         )
     return checks
+
+
+# ---- a full stateDir, and the exact count of every event ---------------------------------------------------------
+@dataclass
+class FullPhase:
+    """What the phase that filled the stateDir saw (``skipped`` says why it did not run)."""
+
+    skipped: str | None = None
+    seconds: float = 0.0
+    ballast: int = 0  # bytes written until the filesystem was full
+    degraded: bool = False  # the webhook endpoint showed state degraded, stateWritable false
+    metric_zero: bool = False  # nodevitals_sink_state_writable was 0
+    unspooled_max: int = 0  # most events held in memory at once
+
+
+def parse_drops(path: Path) -> dict[str, str]:
+    """Event id -> reason for every drop a run logged (the webhook logs each with its ids)."""
+    drops: dict[str, str] = {}
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            doc = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(doc, dict) and isinstance(d := doc.get("dropped"), dict):
+            for event_id in d.get("ids", []):
+                drops[str(event_id)] = str(d.get("reason"))
+    return drops
+
+
+def check_full_state_dir(phase: FullPhase, final: dict[str, Any]) -> Check:
+    """The stateDir filled to the last byte, then freed: the endpoint showed it, and recovered."""
+    if phase.skipped:
+        return Check("stateDir full, then freed", True, f"phase skipped: {phase.skipped}")
+    hook: dict[str, Any] = next((v for k, v in final.get("sinks", {}).items() if k.startswith("webhook:")), {})
+    recovered = hook.get("stateWritable") is True and hook.get("unspooled") == 0
+    return Check(
+        "stateDir full, then freed",
+        phase.degraded and phase.metric_zero and recovered,
+        f"{phase.ballast / 1048576:.1f} MiB of ballast for {phase.seconds:.0f} s: endpoint degraded {phase.degraded}, "
+        f"nodevitals_sink_state_writable 0 {phase.metric_zero}, up to {phase.unspooled_max} events held in memory; "
+        f"at the end writable {hook.get('stateWritable')} with {hook.get('unspooled')} unspooled",
+    )
+
+
+def check_accounting(
+    logged: list[LoggedEvent],
+    receipts: list[Receipt],
+    drops: dict[int, dict[str, str]],
+    must: set[str],
+    final: dict[str, Any],
+) -> Check:
+    """Emitted = delivered + counted drops (+ those lost with the kill, which the saved state never passed), exactly:
+    every emitted event is in one of them, and the last run's drop counters equal the drops it logged by id."""
+    every = {i: why for run in drops.values() for i, why in run.items()}
+    emitted = {e.id for e in logged}
+    delivered = {r.event_id for r in receipts if r.answered == "200" and r.event_id} & emitted
+    dropped = set(every) & emitted - delivered
+    lost = emitted - must - delivered - dropped
+    unexplained = emitted - delivered - dropped - lost
+    hook: dict[str, Any] = next((v for k, v in final.get("sinks", {}).items() if k.startswith("webhook:")), {})
+    counters = {k: v for k, v in hook.get("dropped", {}).items() if v}
+    logged_last = dict(collections.Counter(drops.get(max(drops, default=0), {}).values()))
+    ok = not unexplained and len(emitted) == len(delivered) + len(dropped) + len(lost) and counters == logged_last
+    return Check(
+        "emitted = delivered + counted drops",
+        ok,
+        f"{len(emitted)} emitted = {len(delivered)} delivered + {len(dropped)} dropped and counted "
+        f"{dict(sorted(collections.Counter(every[i] for i in dropped).items()))} + {len(lost)} lost with the kill "
+        f"(after the last state save, never spooled: detected again); {len(unexplained)} unexplained; last run: "
+        f"drop counters {counters}, drops logged by id {logged_last}",
+    )

@@ -25,6 +25,7 @@ import collections
 import heapq
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ BUFFER_BYTES = 16 * 1024 * 1024
 RETRY_BASE_SECONDS = 0.5
 RETRY_MAX_SECONDS = 30.0  # a freed disk is noticed within this long
 DRAIN_SECONDS = 2.0
+LOG_QUIET_SECONDS = 60.0
 UNWRITABLE = "spool_unwritable"  # drop reason: the buffer was full while the stateDir refused writes
 
 Caller = Callable[..., Awaitable[Any]]  # Spool.call, as the endpoint wraps it
@@ -118,7 +120,10 @@ class Buffer:
 
 
 class StorageHealth:
-    """Whether the spool's last write succeeded; the retry delay while it does not. Logged once per streak."""
+    """Whether the spool's last write succeeded; the retry delay while it does not.
+
+    On a nearly full disk writes succeed and fail by turns; the log says so once per ``LOG_QUIET_SECONDS`` (the
+    first failure of a streak at error, its end at info), not once per turn."""
 
     def __init__(
         self,
@@ -133,19 +138,25 @@ class StorageHealth:
         self.cap = cap
         self.error: str | None = None
         self.failures = 0
+        self._logged_at = -LOG_QUIET_SECONDS  # time.monotonic() of the last streak start that was logged
+        self._streak_logged = False
 
     def failed(self, why: str) -> None:
         self.failures += 1
         if self.error is None:
-            log.error(
-                "%s: the spool in stateDir cannot be written (%s); events are kept in memory and the write retried",
-                self.name,
-                why,
-            )
+            now = time.monotonic()
+            self._streak_logged = now - self._logged_at >= LOG_QUIET_SECONDS
+            if self._streak_logged:
+                self._logged_at = now
+                log.error(
+                    "%s: the spool in stateDir cannot be written (%s); events are kept in memory and the write retried",
+                    self.name,
+                    why,
+                )
         self.error = why
 
     def ok(self) -> None:
-        if self.error is not None:
+        if self.error is not None and self._streak_logged:
             log.info("%s: the spool is writable again (after %d failed write(s))", self.name, self.failures)
         self.error, self.failures = None, 0
 

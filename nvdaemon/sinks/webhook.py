@@ -431,10 +431,10 @@ class WebhookEndpoint(Sink):
             spool, SpoolDB.bury, self.name, row.seq, row.event_id, attempts, reason, error or reason
         )
         if buried:
-            log.warning(
+            log.info(
                 "%s: event %s is a dead letter (%s) after %d attempt(s)", self.name, row.event_id, reason, attempts
             )
-            self._count(self.dropped, reason)
+            self.drop(reason, [row.event_id])
         self._sync_share()
 
     async def _attempt(self, client: httpx.AsyncClient, stored: bytes) -> tuple[str, str | None, float | None]:
