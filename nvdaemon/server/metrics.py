@@ -123,7 +123,8 @@ class SnapshotCollector(Collector):
         for name, sink in sorted(agent.sinks.items()):
             if (ok := sink.state_writable()) is not None:
                 writable.add_metric([name], 1.0 if ok else 0.0)
-        yield writable
+        if writable.samples:  # only where a sink keeps state (the webhook spool)
+            yield writable
         for sink in agent.sinks.values():
             yield from sink.metrics()
         info = GaugeMetricFamily("nodevitals_build_info", "Version of the agent; always 1.", labels=["version"])
