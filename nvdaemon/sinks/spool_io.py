@@ -46,7 +46,7 @@ SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR = 3, 5, 6
 SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_AUTH, SQLITE_NOTADB = 11, 13, 14, 23, 26
 _CORRUPT = {SQLITE_CORRUPT, SQLITE_NOTADB}
 _UNWRITABLE = {SQLITE_PERM, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN}
-_UNWRITABLE_ERRNO = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+_UNWRITABLE_ERRNO = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.ENOTDIR}
 
 
 class SpoolError(Exception):
@@ -155,7 +155,11 @@ class Spool:
         except (sqlite3.Error, OSError) as exc:
             kind = classify(exc)
             if kind == "corrupt":
-                raise SpoolCorrupt(self._quarantine(reason(exc))) from exc
+                try:
+                    record = self._quarantine(reason(exc))
+                except OSError as moving:  # a read-only stateDir: the damaged file stays, and so does the error
+                    raise SpoolUnwritable(f"{reason(exc)}; cannot move it aside: {reason(moving)}") from exc
+                raise SpoolCorrupt(record) from exc
             if kind == "unwritable":
                 if self.db is not None and _full(exc):
                     # The WAL only restarts from its beginning after a checkpoint, and the automatic one waits for

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from nvdaemon import cli
 from nvdaemon.sinks.spool import FILE, SpoolDB
 
 from .helpers import Faults, Script, event, hook, inline_spool, malformed, running, until
+from .storage import tmpfs
 from .test_webhook_policy import URL, exposition
 
 NAME = "webhook:test"
@@ -130,3 +132,19 @@ def test_spool_cli_on_an_unreadable_spool_exits_2_with_one_line(
     assert cli.main(["spool", "list", "--config", str(config)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "cannot be read or written" in err
+
+
+async def test_a_damaged_spool_on_a_read_only_state_dir_is_reported_not_a_crash(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    script = Script(lambda seq, n: httpx.Response(200))
+    with tmpfs(tmp_path / "state", "256k") as state:
+        (state / FILE).write_bytes(b"garbage" * 1000)
+        subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)
+        async with running(state, hook(URL), transport=script.transport()) as (sink, bus):
+            bus.publish(event(1))
+            await until(lambda: sink.health.error is not None, timeout=100)
+            await trio.sleep(60)
+            assert "cannot move it aside" in (sink.health.error or "")
+            assert sink.state()["state"] == "degraded" and sink.committed_seq == 0 and sink.quarantined == {}
+        assert (state / FILE).exists() and script.delivered == []
