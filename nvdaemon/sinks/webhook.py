@@ -44,9 +44,9 @@ from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.model import Event
 from nvdaemon.sinks import Sink, cloudevent, signing, webhook_url
 from nvdaemon.sinks.spool import Row, SpoolDB
-from nvdaemon.sinks.spool_io import Quarantine, Spool, SpoolCorrupt, SpoolUnwritable
+from nvdaemon.sinks.spool_io import Spool, SpoolCorrupt, SpoolUnwritable
 from nvdaemon.sinks.spool_writer import BUFFER_EVENTS, RETRY_MAX_SECONDS, SpoolWriter, StorageHealth
-from nvdaemon.sinks.webhook_metrics import Histogram, endpoint_metrics
+from nvdaemon.sinks.webhook_metrics import Histogram, Ledger, endpoint_metrics
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -135,9 +135,9 @@ class WebhookEndpoint(Sink):
         self.backlog = 0
         self.dead_letters = 0
         self.attempts: dict[str, int] = {}
-        self.dropped: dict[str, int] = {}
-        self.quarantined: dict[str, int] = {}  # held=counted|unknown -> damaged spool files moved aside
-        self.quarantine_log: list[dict[str, Any]] = []  # the last few, for the status document
+        self.ledger = Ledger(name, self._changed)
+        self.dropped = self.ledger.dropped  # reason -> events given up on (the same dicts: never rebound)
+        self.quarantined = self.ledger.quarantined  # held=counted|unknown -> damaged spool files moved aside
         self.latency = Histogram()
         # Refused spool writes are retried on the endpoint's backoff, capped lower: a freed disk is noticed soon.
         self.health = StorageHealth(
@@ -189,19 +189,7 @@ class WebhookEndpoint(Sink):
         self._changed()
 
     def drop(self, reason: str, ids: list[str], n: int | None = None) -> None:
-        """Count events given up on (``n`` when their ids are unknown) and log them with their ids."""
-        count = len(ids) if n is None else n
-        if not count:
-            return
-        log.warning(
-            "%s: dropped %d event(s) (%s): %s",
-            self.name,
-            count,
-            reason,
-            " ".join(ids) if ids else "ids unknown",
-            extra={"dropped": {"sink": self.name, "reason": reason, "count": count, "ids": ids}},
-        )
-        self._count(self.dropped, reason, count)
+        self.ledger.drop(reason, ids, n)
 
     def dropped_counts(self) -> dict[str, int]:
         return dict(self.dropped)
@@ -234,7 +222,7 @@ class WebhookEndpoint(Sink):
             "storageError": self.health.error,
             "attempts": dict(self.attempts),
             "dropped": dict(self.dropped),
-            "quarantines": list(self.quarantine_log),
+            "quarantines": list(self.ledger.quarantine_log),
         }
 
     def metrics(self) -> Iterable[Metric]:
@@ -254,29 +242,10 @@ class WebhookEndpoint(Sink):
 
     def _note_quarantines(self, spool: Spool) -> None:
         for q in spool.quarantines[self._quarantines_seen :]:
-            self._note_quarantine(q)
+            self.ledger.note_quarantine(q)
         self._quarantines_seen = len(spool.quarantines)
         self.backlog = self.dead_letters = 0
         self._changed()
-
-    def _note_quarantine(self, q: Quarantine) -> None:
-        ids = q.held.get(self.name, []) if q.held is not None else []
-        n: int | None = len(ids) if q.held is not None else q.counted.get(self.name)
-        log.error(
-            "%s: the spool was damaged (%s) and moved to %s; delivery goes on with a fresh spool; it held %s pending "
-            "event(s) of this endpoint",
-            self.name,
-            q.why,
-            q.moved,
-            "an unknown number of" if n is None else n,
-        )
-        self._count(self.quarantined, "unknown" if n is None else "counted")
-        self.quarantine_log = [
-            *self.quarantine_log[-4:],
-            {"file": str(q.moved), "at": q.at, "reason": q.why, "events": "unknown" if n is None else n},
-        ]
-        if n:
-            self.drop("spool_corrupt", ids, n)
 
     # ---- tasks ----------------------------------------------------------------------------------------------
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -1,15 +1,21 @@
-"""What a webhook endpoint shows in /metrics (families built from its counters; no I/O)."""
+"""What a webhook endpoint shows in /metrics (families built from its counters; no I/O), and its ledger of what it
+gave up on: every drop counted by reason and logged with its event ids (``extra={"dropped": ...}`` in JSON logs,
+which the soak reads), and the damaged spools it saw moved aside."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 if TYPE_CHECKING:
+    from nvdaemon.sinks.spool_io import Quarantine
     from nvdaemon.sinks.webhook import WebhookEndpoint
+
+log = logging.getLogger(__name__)
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
 DROP_REASONS = (
@@ -31,6 +37,54 @@ class Histogram:
         for i, le in enumerate(BUCKETS):
             if value <= le:
                 self.buckets[i] += 1
+
+
+class Ledger:
+    def __init__(self, name: str, on_change: Callable[[], None]) -> None:
+        self.name = name
+        self.on_change = on_change
+        self.dropped: dict[str, int] = {}
+        self.quarantined: dict[str, int] = {}
+        self.quarantine_log: list[dict[str, Any]] = []  # the last few, for the status document
+
+    def drop(self, reason: str, ids: list[str], n: int | None = None) -> None:
+        """Count events given up on (``n`` when their ids are unknown) and log them with their ids."""
+        count = len(ids) if n is None else n
+        if not count:
+            return
+        log.warning(
+            "%s: dropped %d event(s) (%s): %s",
+            self.name,
+            count,
+            reason,
+            " ".join(ids) if ids else "ids unknown",
+            extra={"dropped": {"sink": self.name, "reason": reason, "count": count, "ids": ids}},
+        )
+        self.dropped[reason] = self.dropped.get(reason, 0) + count
+        self.on_change()
+
+    def note_quarantine(self, q: Quarantine) -> None:
+        """A damaged spool was moved aside: its pending events of this endpoint are dropped (by id where the moved
+        copy could be read; by the count this process had; else the quarantine is counted as ``unknown``)."""
+        ids = q.held.get(self.name, []) if q.held is not None else []
+        n: int | None = len(ids) if q.held is not None else q.counted.get(self.name)
+        log.error(
+            "%s: the spool was damaged (%s) and moved to %s; delivery goes on with a fresh spool; it held %s pending "
+            "event(s) of this endpoint",
+            self.name,
+            q.why,
+            q.moved,
+            "an unknown number of" if n is None else n,
+        )
+        held = "unknown" if n is None else "counted"
+        self.quarantined[held] = self.quarantined.get(held, 0) + 1
+        self.quarantine_log = [
+            *self.quarantine_log[-4:],
+            {"file": str(q.moved), "at": q.at, "reason": q.why, "events": "unknown" if n is None else n},
+        ]
+        self.on_change()
+        if n:
+            self.drop("spool_corrupt", ids, n)
 
 
 def endpoint_metrics(ep: WebhookEndpoint) -> Iterator[Metric]:
