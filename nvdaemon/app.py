@@ -41,7 +41,7 @@ events_log = logging.getLogger("nvdaemon.events")
 
 ENGINE_FILE = "engine.json"
 DURABLE_WAIT_SECONDS = 1.0
-EventKey = tuple[str, str, str, str]  # tier, condition, severity, phase
+EventKey = tuple[str, str, str, str, str, str, str]  # nodevitals_events_total's labels: see model.Event.count_key
 
 
 class Agent:
@@ -157,7 +157,7 @@ class Agent:
     def emit(self, events: list[Event]) -> None:
         for ev in events:
             self._engine_dirty = True
-            self.event_counts[(ev.tier, ev.condition, ev.severity, ev.phase.value)] += 1
+            self.event_counts[ev.count_key()] += 1
             detail = ev.detail
             events_log.info(
                 "event %s %s severity=%s device=%s value=%s threshold=%s seq=%d id=%s",
@@ -169,7 +169,7 @@ class Agent:
                 detail.get("threshold"),
                 ev.seq,
                 ev.id,
-                extra={"event": msgspec.to_builtins(ev)},
+                extra={"event": ev.wire()},  # the shape receivers get
             )
             self.bus.publish(ev)
 
