@@ -15,7 +15,6 @@ import datetime as dt
 import json
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
