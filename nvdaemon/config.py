@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from nvdaemon import goconfig
 from nvdaemon.compat.node_exporter.options import node_exporter_issues
 from nvdaemon.configcheck import ConfigIssue, check_against, locate, yaml_index
 from nvdaemon.sinks.nvsentinel_config import normalise_xid_keys, nvsentinel_issues
@@ -156,6 +157,7 @@ class HistoryConfig(_Section):
     interval_minutes: Count = 5
     retention_days: Count = 1825
     metrics: list[str] = msgspec.field(default_factory=list)
+    data_dir: str = ""  # the directory of the history database ("" = stateDir); the Go agent's key
 
 
 class Toggle(_Section):
@@ -198,6 +200,7 @@ class NodeExporterConfig(_Section):
     enabled: bool = False
     collectors: dict[str, bool] = msgspec.field(default_factory=dict)  # node_exporter name -> on/off over default
     textfile_directory: str = ""  # *.prom files merged into /metrics ("" = the textfile collector reads nothing)
+    textfile_dir: str = ""  # the Go agent's name for textfileDirectory (both set: they must agree)
     diskstats: NodeDiskstatsOptions = msgspec.field(default_factory=NodeDiskstatsOptions)
     filesystem: NodeFilesystemOptions = msgspec.field(default_factory=NodeFilesystemOptions)
     netdev: NodeNetdevOptions = msgspec.field(default_factory=NodeNetdevOptions)
@@ -248,6 +251,7 @@ class LoadedConfig:
     node: str
     state_dir: Path
     tiers: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # where this file means something the Go agent would do differently (check-config)
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -350,6 +354,8 @@ def parse_config(
     expanded: set[str] = set()
     raw = _expand(raw, env, "", issues, expanded)
     normalise_xid_keys(raw)  # `xidActions: {79: RESTART_BM}`: YAML reads 79 as an int
+    go_issues, notes = goconfig.normalise(raw)  # the Go agent's keys folded into ours
+    issues += go_issues
     issues += duplicates
     issues += check_against(Config, raw, redact=expanded)
     issues += _semantic_checks(raw)
@@ -367,7 +373,7 @@ def parse_config(
     tiers = tuple(dict.fromkeys([*cfg.tiers, *([cfg.tier] if cfg.tier else [])]))
     node = cfg.node or env.get("NODE_NAME") or socket.gethostname()
     state_dir = Path(cfg.state_dir) if cfg.state_dir else default_state_dir(env)
-    return LoadedConfig(config=cfg, source=source, node=node, state_dir=state_dir, tiers=tiers)
+    return LoadedConfig(config=cfg, source=source, node=node, state_dir=state_dir, tiers=tiers, notes=tuple(notes))
 
 
 def load_config(path: str | None, env: Mapping[str, str] | None = None, host_root: Path | None = None) -> LoadedConfig:
