@@ -134,5 +134,5 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "tail":
         return tail.cli(args)
     if args.command in webhook_cli.COMMANDS:
-        return webhook_cli.main(args, lambda path: _load(path, None))
+        return webhook_cli.main(args, lambda path: _load(config_path(path), None))
     return _state(args)

@@ -119,6 +119,16 @@ def _intervals(raw: dict[str, Any], notes: list[str]) -> None:
     if _is_number(value) and value <= 0:
         raw["intervalSeconds"] = GO_INTERVAL_SECONDS
         notes.append(f"intervalSeconds: {value} means {GO_INTERVAL_SECONDS} (as in the Go agent: <= 0 is the default)")
+    history = _section(raw, "history")
+    for key, default in GO_HISTORY_DEFAULTS.items():
+        n = history.get(key) if history else None
+        if history is not None and _is_number(n) and n <= 0:
+            history[key] = default
+            notes.append(f"history.{key}: {n} means {default} (as in the Go agent: <= 0 is the default)")
+
+
+def _rules(raw: dict[str, Any], notes: list[str]) -> None:
+    """A Go rule's zero values: enterFor/exitFor < 1 are 1, a missing threshold is 0; a missing severity is ours."""
     rules = raw.get("rules")
     for i, rule in enumerate(rules if isinstance(rules, list) else []):
         if not isinstance(rule, dict):
@@ -128,12 +138,11 @@ def _intervals(raw: dict[str, Any], notes: list[str]) -> None:
             if isinstance(n, int) and not isinstance(n, bool) and n < 1:
                 rule[key] = 1
                 notes.append(f"rules[{i}].{key}: {n} means 1 (as in the Go agent: < 1 is one sample)")
-    history = _section(raw, "history")
-    for key, default in GO_HISTORY_DEFAULTS.items():
-        n = history.get(key) if history else None
-        if history is not None and _is_number(n) and n <= 0:
-            history[key] = default
-            notes.append(f"history.{key}: {n} means {default} (as in the Go agent: <= 0 is the default)")
+        if "threshold" not in rule:
+            rule["threshold"] = 0.0
+            notes.append(f"rules[{i}].threshold: not set, so 0 (as in the Go agent)")
+        if "severity" not in rule:
+            notes.append(f"rules[{i}].severity: not set, so warning (the Go agent sent an empty severity)")
 
 
 def _roots(raw: dict[str, Any]) -> None:
@@ -229,15 +238,16 @@ def _differences(raw: dict[str, Any], env: Mapping[str, str], notes: list[str]) 
     for i, rule in enumerate(listed if isinstance(listed, list) else []):
         if isinstance(rule, dict) and rule.get("op", ">") != ">":
             notes.append(f"rules[{i}].op: the Go agent knows only > and would ignore op")
-    hooks = (_section(raw, "sinks") or {}).get("webhook")
-    hooks = [h for h in hooks if isinstance(h, dict)] if isinstance(hooks, list) else []
+    hook_list = (_section(raw, "sinks") or {}).get("webhook")
+    hooks = {i: h for i, h in enumerate(hook_list) if isinstance(h, dict)} if isinstance(hook_list, list) else {}
     if hooks:
         notes.append(
             "sinks.webhook: events are spooled in stateDir and retried until delivered (at-least-once); the Go agent "
             "posted once inside the tick and dropped what failed"
         )
-    for i, hook in enumerate(hooks):
-        secrets = [hook.get("secret")] + (hook.get("secrets") if isinstance(hook.get("secrets"), list) else [])
+    for i, hook in hooks.items():
+        listed_secrets = hook.get("secrets")
+        secrets = [hook.get("secret"), *(listed_secrets if isinstance(listed_secrets, list) else [])]
         if any(isinstance(s, str) and s.startswith("whsec_") for s in secrets):
             notes.append(
                 f"sinks.webhook[{i}]: a whsec_ secret is base64-decoded before signing (Standard Webhooks); the Go "
@@ -251,6 +261,7 @@ def normalise(raw: dict[str, Any], env: Mapping[str, str]) -> tuple[list[ConfigI
     notes: list[str] = []
     _tiers(raw, notes)
     _intervals(raw, notes)
+    _rules(raw, notes)
     _roots(raw)
     _metrics_sink(raw, notes)
     _node_exporter(raw, issues, notes)

@@ -174,6 +174,15 @@ def test_go_rule_fields_mean_what_they_meant() -> None:
     assert len(notes_about(loaded, "rules:")) == 1  # per-series state, noted once
 
 
+def test_go_rule_without_threshold_or_severity_takes_their_zero_values() -> None:
+    loaded = parse("rules: [{metric: load1, device: cpu, condition: load_high}]\n")
+    (rule,) = loaded.config.rules
+    assert (rule.threshold, rule.severity) == (0.0, "warning")
+    assert run_rule(loaded, [{"cpu": 0.5}, {"cpu": 0.0}]) == [(0, "cpu", "ENTER"), (1, "cpu", "EXIT")]
+    assert len(notes_about(loaded, "rules[0].threshold")) == 1
+    assert len(notes_about(loaded, "rules[0].severity")) == 1
+
+
 def test_op_other_than_greater_is_noted() -> None:
     loaded = parse("rules: [{metric: m, condition: c, threshold: 1, op: '<'}, {metric: n, condition: c, threshold: 1}]")
     assert notes_about(loaded, "rules[0].op") and not notes_about(loaded, "rules[1].op")
