@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from nvdaemon import cli
+from nvdaemon.server.listen import ipv6_only_default
 from tests.sinks.helpers import SECRET
 from tests.sinks.receiver import Receiver
 from tests.test_e2e import ROOT, free_port, wait_for
@@ -121,6 +122,9 @@ def test_the_go_quickstart_runs_and_answers_on_loopback(tmp_path: Path) -> None:
                 exposition = resp.read().decode()
             assert 'nodevitals_hw_load1{device="cpu",node="go-node",tier="core"} 24.51' in exposition
             assert 'tier="smart"' not in exposition and 'tier="gpu"' not in exposition
+            if ipv6_only_default() is False:  # one dual-stack socket: IPv6 loopback answers too
+                with urllib.request.urlopen(f"http://[::1]:{port}/healthz", timeout=5) as resp:
+                    assert resp.status == 200
             rx.wait(lambda r: any(x.verified and (x.data or {}).get("condition") == "load_high" for x in r.received))
             assert all(x.verified for x in rx.received)  # signed with the secret from ${WEBHOOK_SECRET}
             proc.send_signal(signal.SIGTERM)
