@@ -21,6 +21,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from nvdaemon.server import history_routes, stream_routes
+from nvdaemon.server.listen import bind_list
 from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
 from nvdaemon.server.responses import json_response
 from nvdaemon.server.state import state_document
@@ -121,7 +122,7 @@ async def serve_http(agent: Agent, task_status: trio.TaskStatus[None] = trio.TAS
     """Serve until ``agent.http_shutdown`` is set (hypercorn's own graceful stop, not a cancellation)."""
     cfg = agent.loaded.config
     hc = _HypercornConfig()
-    hc.bind = [cfg.sinks.metrics.listen_addr]
+    hc.bind = bind_list(cfg.sinks.metrics.listen_addr)  # ":PORT": every interface, as in Go
     hc.accesslog = None
     hc.errorlog = logging.getLogger("nvdaemon.http")
     hc.graceful_timeout = min(5.0, cfg.shutdown_grace_seconds / 2)
