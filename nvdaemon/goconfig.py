@@ -11,11 +11,13 @@ place where the file means something the Go agent would do differently, which ``
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from nvdaemon.compat.node_exporter.flags import node_exporter_flags
 from nvdaemon.configcheck import ConfigIssue
+from nvdaemon.sinks import webhook_url
 
 GO_LISTEN = ":9847"  # the Go agent's listenAddr when it is empty
 GO_INTERVAL_SECONDS = 15
@@ -246,6 +248,15 @@ def _differences(raw: dict[str, Any], env: Mapping[str, str], notes: list[str]) 
             "posted once inside the tick and dropped what failed"
         )
     for i, hook in hooks.items():
+        url = hook.get("url")
+        if isinstance(url, str) and _plain_http_to_remote(url) and "allowInsecure" not in hook:
+            # The Go agent posts to any http:// URL. Refusing it would stop a migrated agent from starting, so it is
+            # accepted as allowInsecure, and said: signed events then cross the network unencrypted.
+            hook["allowInsecure"] = True
+            notes.append(
+                f"sinks.webhook[{i}].url: plain http:// to a host that is not loopback, accepted as the Go agent does "
+                "(events travel unencrypted; use https://, or set allowInsecure: true to acknowledge)"
+            )
         listed_secrets = hook.get("secrets")
         secrets = [hook.get("secret"), *(listed_secrets if isinstance(listed_secrets, list) else [])]
         if any(isinstance(s, str) and s.startswith("whsec_") for s in secrets):
@@ -253,6 +264,15 @@ def _differences(raw: dict[str, Any], env: Mapping[str, str], notes: list[str]) 
                 f"sinks.webhook[{i}]: a whsec_ secret is base64-decoded before signing (Standard Webhooks); the Go "
                 "agent signed with the whole string as the key"
             )
+
+
+def _plain_http_to_remote(url: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return False  # reported by the URL check
+    return parts.scheme == "http" and bool(host) and not webhook_url.is_loopback(host)
 
 
 def normalise(raw: dict[str, Any], env: Mapping[str, str]) -> tuple[list[ConfigIssue], list[str]]:
