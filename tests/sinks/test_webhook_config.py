@@ -111,7 +111,8 @@ def test_defaults() -> None:
 def test_run_with_an_invalid_url_exits_2_instead_of_crash_looping(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(
-        f"stateDir: {tmp_path}\nsinks:\n  webhook:\n    - {{url: http://backend.example/TOPSECRET, allowInsecure: false}}\n"
+        f"stateDir: {tmp_path}\nsinks:\n  webhook:\n"
+        "    - {url: http://backend.example/TOPSECRET, allowInsecure: false}\n"
     )
     proc = subprocess.run(
         [sys.executable, "-m", "nvdaemon", "run", "--config", str(config)],
