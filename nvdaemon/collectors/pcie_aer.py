@@ -5,6 +5,11 @@ one per error type the kernel names (``RxErr``, ``BadTLP``, ... or ``Undefined``
 down), ``CmpltTO``, ...; unnamed bits appear as e.g. ``ERR_COR_bit[12]``) and a final ``TOTAL_ERR_COR`` /
 ``TOTAL_ERR_NONFATAL`` / ``TOTAL_ERR_FATAL``. All are counts since boot. Devices without the files (no AER
 capability, or AER owned by firmware) are skipped; a node where no device has them has no AER to report.
+
+Series are the Go agent's: ``pcie_aer_correctable_total``, ``pcie_aer_nonfatal_total`` and ``pcie_aer_fatal_total``,
+device the PCI address, one series per line of the file with label ``error_type`` = the line's name, zeros
+included (no series would be ambiguous between "no errors" and "not collected"). As in Go the ``TOTAL_ERR_*`` line
+is a line like the others (``error_type="TOTAL_ERR_FATAL"``): sum without it, or select it for the device's total.
 """
 
 from __future__ import annotations
@@ -101,18 +106,18 @@ class PcieAerCollector(Collector):
         out: list[Sample] = []
         for device, by_severity in data.items():
             for severity, counts in by_severity.items():
-                total_metric = SEVERITIES[severity][2]
-                out.append(Sample(total_metric, device, float(counts.total), Kind.COUNTER, tier="core", timestamp=now))
+                _, total_name, metric = SEVERITIES[severity]
+                lines = [*counts.per_type.items(), (total_name, counts.total)]
                 out.extend(
                     Sample(
-                        metric="pcie_aer_errors_total",
+                        metric=metric,
                         device=device,
                         value=float(count),
                         kind=Kind.COUNTER,
-                        labels=make_labels({"severity": severity, "error": error}),
+                        labels=make_labels({"error_type": error_type}),
                         tier="core",
                         timestamp=now,
                     )
-                    for error, count in counts.per_type.items()
+                    for error_type, count in lines
                 )
         return out

@@ -21,26 +21,34 @@ def test_healthy_all_zero() -> None:
     gathered, samples = collect(PcieAerCollector(), HEALTHY)
     assert gathered.errors == []
     assert devices(samples, "pcie_aer_fatal_total") == AER_DEVICES
+    # Zeros are emitted: every line of every file is a series, the TOTAL_ERR_* line included (as in Go).
     assert all(s.value == 0 for s in samples)
     assert all(s.kind is Kind.COUNTER for s in samples)
-    per_type = [s for s in samples if s.metric == "pcie_aer_errors_total" and s.device == GPU]
-    assert len(per_type) == 8 + 17 + 17
-    assert not [s for s in samples if dict(s.labels).get("error", "").startswith("TOTAL_")]
-    assert find(samples, "pcie_aer_correctable_total", GPU).labels == ()
+    assert {s.metric for s in samples} == {
+        "pcie_aer_correctable_total",
+        "pcie_aer_nonfatal_total",
+        "pcie_aer_fatal_total",
+    }
+    assert all([k for k, _ in s.labels] == ["error_type"] for s in samples)
+    on_gpu = [s for s in samples if s.device == GPU]
+    assert len([s for s in on_gpu if s.metric == "pcie_aer_correctable_total"]) == 8 + 1
+    assert len([s for s in on_gpu if s.metric == "pcie_aer_nonfatal_total"]) == 17 + 1
+    assert len([s for s in on_gpu if s.metric == "pcie_aer_fatal_total"]) == 17 + 1
+    assert find(samples, "pcie_aer_correctable_total", GPU, error_type="TOTAL_ERR_COR").value == 0
 
 
 def test_faulty_gpu_has_a_fatal_error() -> None:
     _, samples = collect(PcieAerCollector(), FAULTY)
-    assert value(samples, "pcie_aer_fatal_total", GPU) == 1
-    assert value(samples, "pcie_aer_errors_total", GPU, severity="fatal", error="SDES") == 1
-    assert value(samples, "pcie_aer_errors_total", GPU, severity="fatal", error="DLP") == 0
-    assert value(samples, "pcie_aer_nonfatal_total", GPU) == 2
-    assert value(samples, "pcie_aer_errors_total", GPU, severity="nonfatal", error="CmpltTO") == 2
-    assert value(samples, "pcie_aer_correctable_total", GPU) == 16
-    assert value(samples, "pcie_aer_errors_total", GPU, severity="correctable", error="RxErr") == 12
-    assert value(samples, "pcie_aer_errors_total", GPU, severity="correctable", error="BadTLP") == 3
-    assert value(samples, "pcie_aer_correctable_total", "0000:3a:00.0") == 3
-    assert value(samples, "pcie_aer_fatal_total", "0000:3a:00.0") == 0
+    assert value(samples, "pcie_aer_fatal_total", GPU, error_type="TOTAL_ERR_FATAL") == 1
+    assert value(samples, "pcie_aer_fatal_total", GPU, error_type="SDES") == 1
+    assert value(samples, "pcie_aer_fatal_total", GPU, error_type="DLP") == 0
+    assert value(samples, "pcie_aer_nonfatal_total", GPU, error_type="TOTAL_ERR_NONFATAL") == 2
+    assert value(samples, "pcie_aer_nonfatal_total", GPU, error_type="CmpltTO") == 2
+    assert value(samples, "pcie_aer_correctable_total", GPU, error_type="TOTAL_ERR_COR") == 16
+    assert value(samples, "pcie_aer_correctable_total", GPU, error_type="RxErr") == 12
+    assert value(samples, "pcie_aer_correctable_total", GPU, error_type="BadTLP") == 3
+    assert value(samples, "pcie_aer_correctable_total", "0000:3a:00.0", error_type="TOTAL_ERR_COR") == 3
+    assert value(samples, "pcie_aer_fatal_total", "0000:3a:00.0", error_type="TOTAL_ERR_FATAL") == 0
 
 
 def test_truncated_file_is_an_error_for_that_file_only(faulty_copy: HostRoots) -> None:
@@ -50,7 +58,7 @@ def test_truncated_file_is_an_error_for_that_file_only(faulty_copy: HostRoots) -
     assert len(gathered.errors) == 1
     assert f"{GPU}/aer_dev_fatal" in gathered.errors[0] and "TOTAL_ERR_FATAL" in gathered.errors[0]
     assert GPU not in devices(samples, "pcie_aer_fatal_total")
-    assert value(samples, "pcie_aer_correctable_total", GPU) == 16
+    assert value(samples, "pcie_aer_correctable_total", GPU, error_type="TOTAL_ERR_COR") == 16
     assert devices(samples, "pcie_aer_fatal_total") == AER_DEVICES - {GPU}
 
 

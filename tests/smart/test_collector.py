@@ -38,7 +38,8 @@ from tests.smart.conftest import (
     pid_running,
 )
 
-C, G = Kind.COUNTER, Kind.GAUGE
+G = Kind.GAUGE  # every smart-tier series is a gauge, as in the Go agent
+C = G
 SSD = {"model": "Samsung SSD 870 EVO 1TB", "serial": "S6PTNM0T512345A", "firmware": "SVT02B6Q"}
 HDD = {"model": "ST4000DM004-2CV104", "serial": "ZFN0ABCD", "firmware": "0001"}
 NVME = {"model": "Samsung SSD 980 PRO 2TB", "serial": "S6B0NL0T123456X", "firmware": "5B2QGXA7"}
@@ -54,6 +55,8 @@ EXPECTED: dict[tuple[str, str], tuple[float, Kind]] = {
     ("smart_health_passed", "sda"): (1, G),
     ("smart_error_log_count", "sda"): (0, C),
     ("smart_capacity_bytes", "sda"): (1_000_204_886_016, G),
+    ("smart_logical_block_size_bytes", "sda"): (512, G),
+    ("smart_interface_speed_bits_per_second", "sda"): (6e9, G),  # solid state: no rotation rate
     ("smart_temperature_celsius", "sdb"): (41, G),
     ("smart_power_on_hours", "sdb"): (33456, C),
     ("smart_power_cycles", "sdb"): (1201, C),
@@ -65,11 +68,15 @@ EXPECTED: dict[tuple[str, str], tuple[float, Kind]] = {
     ("smart_health_passed", "sdb"): (1, G),
     ("smart_error_log_count", "sdb"): (37, C),
     ("smart_capacity_bytes", "sdb"): (4_000_787_030_016, G),
+    ("smart_logical_block_size_bytes", "sdb"): (512, G),
+    ("smart_rotation_rate_rpm", "sdb"): (5425, G),
+    ("smart_interface_speed_bits_per_second", "sdb"): (3e9, G),  # the current speed, not the 6 Gb/s maximum
     ("smart_temperature_celsius", "nvme0n1"): (38, G),
     ("smart_power_on_hours", "nvme0n1"): (8765, C),
     ("smart_power_cycles", "nvme0n1"): (210, C),
     ("smart_health_passed", "nvme0n1"): (1, G),
     ("smart_capacity_bytes", "nvme0n1"): (2_000_398_934_016, G),
+    ("smart_logical_block_size_bytes", "nvme0n1"): (512, G),
     ("nvme_percentage_used", "nvme0n1"): (2, G),
     ("nvme_available_spare", "nvme0n1"): (100, G),
     ("nvme_available_spare_threshold", "nvme0n1"): (10, G),
@@ -83,6 +90,7 @@ EXPECTED: dict[tuple[str, str], tuple[float, Kind]] = {
     ("smart_power_cycles", "nvme1n1"): (64, C),
     ("smart_health_passed", "nvme1n1"): (0, G),
     ("smart_capacity_bytes", "nvme1n1"): (2_000_398_934_016, G),
+    ("smart_logical_block_size_bytes", "nvme1n1"): (4096, G),
     ("nvme_percentage_used", "nvme1n1"): (97, G),
     ("nvme_available_spare", "nvme1n1"): (6, G),
     ("nvme_available_spare_threshold", "nvme1n1"): (10, G),
@@ -129,12 +137,16 @@ def test_samples_match_the_recordings(standin: Standin) -> None:
     gathered, samples = cycle(c)
     assert gathered.errors == []
     got = by_series(samples)
-    assert set(got) == set(EXPECTED)
+    assert set(got) == set(EXPECTED) | {("smart_device_info", d) for d in DEVICES}
     for key, (value, kind) in EXPECTED.items():
         s = got[key]
         assert (s.value, s.kind) == (value, kind), key
-        assert dict(s.labels) == LABELS[s.device] and s.tier == "smart" and s.timestamp == NOW
+        # The Go agent's series carry no labels; the disk's identity is its own series.
+        assert s.labels == () and s.tier == "smart" and s.timestamp == NOW
         assert s.metric in HELP, s.metric
+    for device, identity in LABELS.items():
+        info = got["smart_device_info", device]
+        assert (info.value, info.kind, dict(info.labels)) == (1.0, G, identity)
     assert {name: st.readable for name, st in c.status.items()} == dict.fromkeys(DEVICES, True)
     # /v1/state names each disk read this cycle.
     identity = {"model": HDD["model"], "serial": HDD["serial"], "interface": "sat"}
