@@ -22,6 +22,7 @@ from nvdaemon.collectors.smart import (
     read_device,
     samples_of,
 )
+from nvdaemon.collectors.smart_report import AtaAttribute, DiskReport, NvmeHealth
 from nvdaemon.config import parse_config
 from nvdaemon.model import Kind
 from tests.smart.conftest import (
@@ -328,3 +329,27 @@ print("contained")
     raw = "import os; os.environ['LANG'] = 'de_DE.UTF-8'; import pySMART; print(os.environ['LANG'])"
     out = run_python(raw, env)
     assert out.stdout.strip() == "C"
+
+
+def _ata(*attrs: AtaAttribute, smartctl_says: bool = True) -> DiskReport:
+    return DiskReport("sdx", "sat", "ATA", "m", "s", "f", health_passed=smartctl_says, attributes=attrs)
+
+
+def _attr(attr_id: int, flags: int, value: int, thresh: int | None) -> AtaAttribute:
+    return AtaAttribute(attr_id, "x", flags, value, value, thresh, 0, "0")
+
+
+def test_health_the_go_agents_way() -> None:
+    """ATA: failed when a pre-failure attribute with a threshold is at or below it (old-age ones and threshold 0
+    do not count), absent when no such attribute exists; NVMe: critical warning 0."""
+    prefail, old_age = 0x0B, 0x32
+    health = {s.metric: s.value for s in samples_of(_ata(_attr(5, prefail, 36, 36)), NOW)}
+    assert health["smart_health_passed"] == 0  # even though smartctl's self-assessment said PASSED
+    assert {s.metric: s.value for s in samples_of(_ata(_attr(5, prefail, 37, 36)), NOW)}["smart_health_passed"] == 1
+    passing_old_age = _ata(_attr(5, prefail, 100, 10), _attr(194, old_age, 20, 30), _attr(1, prefail, 1, 0))
+    assert {s.metric: s.value for s in samples_of(passing_old_age, NOW)}["smart_health_passed"] == 1
+    unjudged = _ata(_attr(194, old_age, 20, 30), _attr(1, prefail, 1, 0), smartctl_says=False)
+    assert "smart_health_passed" not in {s.metric for s in samples_of(unjudged, NOW)}
+    nvme = NvmeHealth(4, 100, 10, 0, 0, 0, 0, 0)
+    report = DiskReport("nvme0n1", "nvme", "NVMe", "m", "s", "f", health_passed=True, nvme=nvme)
+    assert {s.metric: s.value for s in samples_of(report, NOW)}["smart_health_passed"] == 0
