@@ -290,10 +290,11 @@ def test_mounts_match_the_paths_the_config_names(case: str) -> None:
             if key in config:
                 assert m[config[key]]["volume"]["hostPath"]["path"] == host
                 assert m[config[key]]["readOnly"] is True
-        if "rootfs" in config:  # the node_exporter drop-in's host root
-            assert m[config["rootfs"]]["volume"]["hostPath"] == {"path": "/", "type": "Directory"}
-            assert m[config["rootfs"]]["readOnly"] is True
-            assert m[config["rootfs"]]["mountPropagation"] == "HostToContainer"
+        rootfs = config.get("nodeExporter", {}).get("rootfsPath")
+        if rootfs:  # the node_exporter drop-in's host root
+            assert m[rootfs]["volume"]["hostPath"] == {"path": "/", "type": "Directory"}
+            assert m[rootfs]["readOnly"] is True
+            assert m[rootfs]["mountPropagation"] == "HostToContainer"
         textfile = config.get("nodeExporter", {}).get("textfileDirectory")
         if textfile:
             assert m[textfile]["volume"]["hostPath"] == {"path": textfile, "type": "DirectoryOrCreate"}
@@ -529,8 +530,8 @@ def test_node_exporter_gets_its_config_the_host_root_and_the_textfile_directory(
     ds = rendered.daemonsets()[component]
     config, _, host_paths = _host_root_and_textfile(rendered, component)
     # The whole section as set in values, nothing more: unset filters are left to the agent's defaults.
-    assert config["nodeExporter"] == NODE_EXPORTER["nodeExporter"]
-    assert config["rootfs"] == "/host/root"
+    assert config["nodeExporter"] == {**NODE_EXPORTER["nodeExporter"], "rootfsPath": "/host/root"}
+    assert "rootfs" not in config, "the Go key (nodeExporter.rootfsPath) says it"
     assert (config["procRoot"], config["sysRoot"]) == ("/host/proc", "/host/sys")
     root = mounts(ds)["/host/root"]
     assert root["readOnly"] is True
@@ -592,21 +593,27 @@ def test_node_exporter_off_renders_none_of_it(values: dict[str, Any]) -> None:
         assert "/host/root" not in paths and TEXTFILE_DIR not in paths, component
         assert "/" not in host_paths and TEXTFILE_DIR not in host_paths, component
         names = {v["name"] for v in pod_spec(ds)["volumes"]}
-        assert not names & {"host-root", "textfile"}, component
+        assert not names & {"host-root", "textfile", "udev-data"}, component
         assert all("mountPropagation" not in m for m in agent(ds)["volumeMounts"]), component
 
 
 def test_node_exporter_renders_only_the_keys_set() -> None:
-    rendered = render({"nodeExporter": {"enabled": True}})
+    rendered = render({"nodeExporter": {"enabled": True, "textfileDir": ""}})
     config, paths, host_paths = _host_root_and_textfile(rendered, "core")
-    assert config["nodeExporter"] == {"enabled": True}  # collectors {}, textfileDirectory "": left to the agent
-    assert config["rootfs"] == "/host/root"
+    # collectors {}, textfile directory "": left to the agent
+    assert config["nodeExporter"] == {"enabled": True, "rootfsPath": "/host/root"}
     assert "/host/root" in paths
-    assert host_paths == {"/proc", "/sys", "/", "/var/lib/nvdaemon/core"}, "no textfile mount when it is off"
+    assert host_paths == {"/proc", "/sys", "/", "/run/udev/data", "/var/lib/nvdaemon/core"}, "no textfile mount"
+    # The Go chart's default textfile directory, unless it is set to "".
+    go_default = render({"nodeExporter": {"enabled": True}})
+    config, paths, host_paths = _host_root_and_textfile(go_default, "core")
+    assert config["nodeExporter"] == {"enabled": True, "rootfsPath": "/host/root", "textfileDirectory": TEXTFILE_DIR}
+    assert TEXTFILE_DIR in paths and TEXTFILE_DIR in host_paths
     # Empty filter sections are left out; a filter set to "" is kept (it means: no filter, not the default).
-    empty = render({"nodeExporter": {"enabled": True, "netdev": {}, "hwmon": {"chipExclude": ""}}})
+    empty = render({"nodeExporter": {"enabled": True, "textfileDir": "", "netdev": {}, "hwmon": {"chipExclude": ""}}})
     assert empty.config_of(empty.daemonsets()["core"])[1]["nodeExporter"] == {
         "enabled": True,
+        "rootfsPath": "/host/root",
         "hwmon": {"chipExclude": ""},
     }
 
@@ -617,6 +624,8 @@ def test_node_exporter_renders_only_the_keys_set() -> None:
 def test_textfile_directory_may_not_shadow_the_charts_own_mounts(directory: str) -> None:
     with pytest.raises(helm.RenderError, match=r"nodeExporter\.textfileDirectory \S+ overlaps"):
         render({"nodeExporter": {"enabled": True, "textfileDirectory": directory}})
+    with pytest.raises(helm.RenderError, match=r"nodeExporter\.textfileDir \S+ overlaps"):
+        render({"nodeExporter": {"enabled": True, "textfileDir": directory}})
     ok = render({"nodeExporter": {"enabled": True, "textfileDirectory": "/var/lib/node_exporter"}})
     assert "/var/lib/node_exporter" in mounts(ok.daemonsets()["core"])
 
@@ -627,8 +636,11 @@ def test_notes_say_what_the_node_exporter_drop_in_needs(tmp_path: Path) -> None:
     for word in ("/host/root", "HostToContainer", "no hostPID", TEXTFILE_DIR, "its / read-only"):
         assert word in notes, word
     assert "WARNING" not in notes
-    no_net = _notes(tmp_path / "no-net", {**NODE_EXPORTER, "tiers": {"core": {"hostNetwork": False}}})
-    assert "WARNING: tiers.core.hostNetwork is false" in no_net
+    # The host network is forced on with the drop-in (as in the Go chart): nothing to warn about.
+    no_net_values = {**NODE_EXPORTER, "tiers": {"core": {"hostNetwork": False}}}
+    assert pod_spec(render(no_net_values).daemonsets()["core"])["hostNetwork"] is True
+    no_net = _notes(tmp_path / "no-net", no_net_values)
+    assert "WARNING" not in no_net and "host network" in no_net
     no_core = _notes(tmp_path / "no-core", {**NODE_EXPORTER, "tiers": {"core": {"enabled": False}}})
     assert "WARNING: nodeExporter.enabled has no effect" in no_core
     off = _notes(tmp_path / "off", {})
