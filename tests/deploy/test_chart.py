@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.deploy import helm
-from tests.deploy.helm import CHART, NAMESPACE, Rendered, agent, deep_merge, mounts, pod_spec, render
+from tests.deploy.helm import CHART, NAMESPACE, Rendered, agent, deep_merge, mounts, notes, pod_spec, render
 from tests.deploy.matrix import (
     ALL_TIERS,
     EXISTING_SECRET,
@@ -451,49 +451,22 @@ def test_values_schema_rejects_typos(bad: dict[str, Any]) -> None:
         render(bad)
 
 
-def _notes(tmp_path: Path, values: dict[str, Any]) -> str:
-    """NOTES.txt as helm renders it (helm template skips NOTES and `install --dry-run` wants a cluster): a copy of the
-    chart renders it through `tpl` into a ConfigMap."""
-    chart = tmp_path / "chart"
-    shutil.copytree(CHART, chart)
-    (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
-    (chart / "templates" / "zz-notes.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
-        'data:\n  notes: |\n    {{- tpl (.Files.Get "notes.txt") . | nindent 4 }}\n'
-    )
-    (chart / "values.override.yaml").write_text(json.dumps(values))
-    proc = helm.run_helm(
-        "template",
-        helm.RELEASE,
-        str(chart),
-        "--namespace",
-        NAMESPACE,
-        "-f",
-        str(chart / "values.override.yaml"),
-        "--show-only",
-        "templates/zz-notes.yaml",
-    )
-    assert proc.returncode == 0, proc.stderr
-    notes: str = yaml.safe_load(proc.stdout)["data"]["notes"]
-    return notes
-
-
 def test_notes_give_pod_security_guidance_per_tier(tmp_path: Path) -> None:
-    notes = _notes(tmp_path, {**ALL_TIERS, **NVSENTINEL})
+    text = notes(tmp_path, {**ALL_TIERS, **NVSENTINEL})
     for word in ("core:", "smart:", "gpu:", "Baseline", "Restricted", "CAP_SYS_RAWIO", "RuntimeClass", "NVSentinel"):
-        assert word in notes
-    assert "kubectl label namespace nvdaemon-system pod-security.kubernetes.io/enforce=privileged" in notes
-    assert "DaemonSet nv-nvdaemon-smart (tiers: smart)" in notes
-    assert "metrics.apiToken.existingSecret" in notes
-    assert "port-forward ds/nv-nvdaemon-core 9847" in notes
-    single = _notes(tmp_path / "single", {**ALL_TIERS, "singlePod": True, **EXISTING_SECRET})
+        assert word in text
+    assert "kubectl label namespace nvdaemon-system pod-security.kubernetes.io/enforce=privileged" in text
+    assert "DaemonSet nv-nvdaemon-smart (tiers: smart)" in text
+    assert "metrics.apiToken.existingSecret" in text
+    assert "port-forward ds/nv-nvdaemon-core 9847" in text
+    single = notes(tmp_path / "single", {**ALL_TIERS, "singlePod": True, **EXISTING_SECRET})
     assert "DaemonSet nv-nvdaemon (tiers: core, smart, gpu)" in single
     assert "port-forward ds/nv-nvdaemon 9847" in single
     assert "NVSentinel:" not in single and "metrics.apiToken.existingSecret" not in single
     # The command names a DaemonSet that exists: the first tier enabled, or none at all.
-    gpu = _notes(tmp_path / "gpu", MATRIX["gpu-only-no-hostpath"])
+    gpu = notes(tmp_path / "gpu", MATRIX["gpu-only-no-hostpath"])
     assert "port-forward ds/nv-nvdaemon-gpu 9847" in gpu and "nv-nvdaemon-core" not in gpu
-    none = _notes(tmp_path / "none", {"tiers": {"core": {"enabled": False}}})
+    none = notes(tmp_path / "none", {"tiers": {"core": {"enabled": False}}})
     assert "no DaemonSet: every tier is disabled" in none and "port-forward" not in none
 
 
@@ -631,17 +604,17 @@ def test_textfile_directory_may_not_shadow_the_charts_own_mounts(directory: str)
 
 
 def test_notes_say_what_the_node_exporter_drop_in_needs(tmp_path: Path) -> None:
-    notes = _notes(tmp_path, NODE_EXPORTER)
-    assert "node_exporter drop-in" in notes
+    text = notes(tmp_path, NODE_EXPORTER)
+    assert "node_exporter drop-in" in text
     for word in ("/host/root", "HostToContainer", "no hostPID", TEXTFILE_DIR, "its / read-only"):
-        assert word in notes, word
-    assert "WARNING" not in notes
+        assert word in text, word
+    assert "WARNING" not in text
     # The host network is forced on with the drop-in (as in the Go chart): nothing to warn about.
     no_net_values = {**NODE_EXPORTER, "tiers": {"core": {"hostNetwork": False}}}
     assert pod_spec(render(no_net_values).daemonsets()["core"])["hostNetwork"] is True
-    no_net = _notes(tmp_path / "no-net", no_net_values)
+    no_net = notes(tmp_path / "no-net", no_net_values)
     assert "WARNING" not in no_net and "host network" in no_net
-    no_core = _notes(tmp_path / "no-core", {**NODE_EXPORTER, "tiers": {"core": {"enabled": False}}})
+    no_core = notes(tmp_path / "no-core", {**NODE_EXPORTER, "tiers": {"core": {"enabled": False}}})
     assert "WARNING: nodeExporter.enabled has no effect" in no_core
-    off = _notes(tmp_path / "off", {})
+    off = notes(tmp_path / "off", {})
     assert "node_exporter" not in off and "/host/root" not in off

@@ -257,6 +257,7 @@ A memory quantity (the Kubernetes syntax: 64Mi, 1G, 268435456) in MiB, as a numb
 */}}
 {{- define "nvdaemon.memoryMiB" -}}
 {{- $q := toString . -}}
+{{- if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) -}}{{- $q = printf "%.0f" (float64 .) -}}{{- end -}}{{/* 1e+08 */}}
 {{- if regexMatch "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$" $q -}}
 {{- $number := regexReplaceAll "[^0-9.]+$" $q "" -}}
 {{- $unit := regexReplaceAll "^[0-9.]+" $q "" -}}
