@@ -188,7 +188,7 @@ def test_the_gpu_daemonset_is_pinned_to_gpu_nodes_and_the_runtime_class_is_set_o
     assert pod_spec(named)["runtimeClassName"] == "nvidia"
 
 
-def test_single_pod_keeps_one_pod_on_every_node_of_a_mixed_fleet() -> None:
+def test_single_pod_keeps_one_pod_on_every_node_of_a_mixed_fleet(tmp_path: Path) -> None:
     mixed = render(VARIANTS["single-pod"])
     assert list(mixed.daemonsets()) == ["agent"]
     spec = pod_spec(mixed.daemonsets()["agent"])
@@ -199,6 +199,12 @@ def test_single_pod_keeps_one_pod_on_every_node_of_a_mixed_fleet() -> None:
     assert "nodeSelector" not in pod_spec(core_gpu)
     gpu_only = render(VARIANTS["single-pod-gpu-only"]).daemonsets()["agent"]
     assert pod_spec(gpu_only)["nodeSelector"] == GPU_SELECTOR, "gpu alone: GPU nodes only"
+    # A RuntimeClass runs every node's pod under its handler: NOTES says so where the fleet may be mixed.
+    assert "runtimeClassName" not in pod_spec(mixed.daemonsets()["agent"])
+    assert "cannot start the pod" not in notes(tmp_path / "go", VARIANTS["single-pod"])
+    named = deep_merge(VARIANTS["single-pod"], {"tiers": {"gpu": {"runtimeClassName": "nvidia"}}})
+    assert pod_spec(render(named).daemonsets()["agent"])["runtimeClassName"] == "nvidia"
+    assert "cannot start the pod" in notes(tmp_path / "named", named)
 
 
 def _init(ds: Doc, name: str) -> dict[str, Any] | None:
