@@ -21,6 +21,7 @@ from tests.deploy.helm import CHART, NAMESPACE, Rendered, agent, deep_merge, mou
 from tests.deploy.matrix import (
     ALL_TIERS,
     EXISTING_SECRET,
+    HISTORY,
     MATRIX,
     NODE_EXPORTER,
     NVSENTINEL,
@@ -618,3 +619,20 @@ def test_notes_say_what_the_node_exporter_drop_in_needs(tmp_path: Path) -> None:
     assert "WARNING: nodeExporter.enabled has no effect" in no_core
     off = notes(tmp_path / "off", {})
     assert "node_exporter" not in off and "/host/root" not in off
+
+
+def test_history_store_follows_state_dir_and_may_not_shadow_the_charts_own_mounts() -> None:
+    """history.enabled with stateDir.enabled=false (no hostPath allowed): an emptyDir, and nothing to chown."""
+    values = {**MATRIX["gpu-only-no-hostpath"], **HISTORY}
+    gpu = render(values).daemonsets()["gpu"]
+    store = mounts(gpu)["/var/lib/nodevitals/history"]
+    assert store["volume"] == {"name": store["name"], "emptyDir": {}}
+    assert "initContainers" not in pod_spec(gpu)
+    assert restricted_violations(pod_spec(gpu)) == set()
+    for directory in ("/var/lib/nvdaemon/history", "/tmp/history", "/host", "/etc"):
+        with pytest.raises(helm.RenderError, match=r"history\.mountPath \S+ overlaps"):
+            render({"history": {"enabled": True, "mountPath": directory}})
+    with pytest.raises(helm.RenderError, match="overlaps the textfile directory"):
+        render({**NODE_EXPORTER, "history": {"enabled": True, "mountPath": TEXTFILE_DIR}})
+    with pytest.raises(helm.RenderError, match="values don't meet the specifications of the schema"):
+        render({"history": {"enabled": True, "hostPath": "/"}})
