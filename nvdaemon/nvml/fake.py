@@ -53,8 +53,17 @@ class FakeNvml:
         self.current: list[dict[str, float | None]] = []
         self.xid_capable: list[bool] = []
         for i, dev in enumerate(doc.get("devices", [])):
+            mig = dev.get("mig", [])
+            if not isinstance(mig, list) or not all(isinstance(u, str) for u in mig):
+                raise ScenarioError(f"{self.source}: devices[{i}].mig: expected a list of MIG device UUIDs")
             self.identities.append(
-                GpuIdentity(i, str(dev.get("uuid", "")), str(dev.get("name", "")), str(dev.get("pciBusId", "")))
+                GpuIdentity(
+                    i,
+                    str(dev.get("uuid", "")),
+                    str(dev.get("name", "")),
+                    str(dev.get("pciBusId", "")),
+                    tuple(mig),
+                )
             )
             self.current.append({**defaults, **_readings(f"{self.source}: devices[{i}]", dev.get("readings", {}))})
             self.xid_capable.append(bool(dev.get("xidEvents", True)))

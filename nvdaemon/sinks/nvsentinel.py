@@ -59,6 +59,7 @@ from nvdaemon.sinks.nvsentinel_map import (
     XidRecord,
     merge,
     plan,
+    pods_text,
     rule_check,
     rule_health,
     xid_check,
@@ -213,6 +214,7 @@ def xid_record(ev: Event) -> XidRecord | None:
         uuid=str(d.get("gpu_uuid") or ""),
         description=str(d.get("description") or ""),
         at=ev.started_at,
+        pods=pods_text(d.get("pods")),
     )
 
 

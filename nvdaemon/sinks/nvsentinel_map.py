@@ -184,6 +184,7 @@ class XidRecord(msgspec.Struct, frozen=True):
     uuid: str = ""
     description: str = ""
     at: float = 0.0
+    pods: str = ""  # pods_text() of the event's detail.pods (GPU pod attribution)
 
 
 # ---- names -------------------------------------------------------------------------------------------------------
@@ -252,6 +253,15 @@ def entities_for(component: str, device: str, labels: Mapping[str, str]) -> tupl
     return ()
 
 
+# ---- GPU pod attribution in message text (the only place NVSentinel sees detail.pods) ----------------------------
+def pods_text(pods: object) -> str:
+    """`` (pods: ns/pod/container, ...)`` for an event's ``detail.pods``; "" when attribution gave none."""
+    if not isinstance(pods, list) or not pods:
+        return ""
+    names = [f"{p.get('namespace')}/{p.get('pod')}/{p.get('container')}" for p in pods if isinstance(p, dict)]
+    return f" (pods: {', '.join(names)})" if names else ""
+
+
 # ---- desired health ------------------------------------------------------------------------------------------------
 def _fmt(value: float) -> str:
     return f"{value:.6g}"
@@ -262,7 +272,7 @@ def condition_message(cond: ActiveCondition, op: str) -> str:
     series = f"{cond.metric}{{{labels}}}" if labels else cond.metric
     where = f" on {cond.device}" if cond.device else ""
     text = f"{cond.condition}: {series}{where} is {_fmt(cond.value)}, threshold {op} {_fmt(cond.threshold)}"
-    return text + (" (device no longer reporting)" if cond.stale else "")
+    return text + (" (device no longer reporting)" if cond.stale else "") + pods_text(cond.pods)
 
 
 def rule_health(
@@ -317,7 +327,7 @@ def xid_health(
         error_code=(str(rec.xid),),
         entities=tuple(entities),
         processing_strategy=strategy,
-        message=f"XID {rec.xid} on GPU {where}: {description}",
+        message=f"XID {rec.xid} on GPU {where}: {description}{rec.pods}",
         metadata={"condition": XID_CONDITION, "xid": str(rec.xid), "device": rec.device},
     )
 
