@@ -115,6 +115,11 @@ class FakeNvml:
         self._pending.append(notice)
         self._cond.notify_all()
 
+    def set_reading(self, index: int, key: str, value: float | None) -> None:
+        """Change a reading now (tests; ``None`` = NOT_SUPPORTED)."""
+        with self._cond:
+            self.current[index].update(_readings(f"set_reading({index})", {key: value}))
+
     def inject_xid(self, index: int, xid: int) -> None:
         """Raise an XID now (tests)."""
         with self._cond:
