@@ -133,6 +133,12 @@ class PodAttribution:
     def up(self) -> bool:
         return self.current is not None
 
+    def status(self) -> dict[str, Any]:
+        """For ``/v1/state`` (the gpu collector's detail): up, the holders per GPU, failures by reason."""
+        current = self.current
+        holders = {} if current is None else {f"gpu{i}": current.pods(i) for i in current.holders}
+        return {"up": self.up, "holders": holders, "failures": dict(self.failures), "lastError": self.last_reason}
+
     def pods(self, index: int) -> list[dict[str, str]] | None:
         """``detail.pods`` for an event on GPU ``index``: None while attribution is off (unknown, not "nobody")."""
         return None if self.current is None else self.current.pods(index)
