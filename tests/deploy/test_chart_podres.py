@@ -80,4 +80,5 @@ def test_schema_rejects(bad: dict[str, Any], tmp_path: Path) -> None:
 def test_notes_say_how_to_check(tmp_path: Path) -> None:
     text = notes(tmp_path, ON)
     assert "nodevitals_podresources_up" in text and "uid 0 with every capability dropped" in text
+    assert "pod-resources directory (hostPath) and\n    runs as uid 0: privileged namespace" in text
     assert "nodevitals_podresources_up" not in notes(tmp_path / "off", ALL_TIERS)
