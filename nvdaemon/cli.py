@@ -2,6 +2,9 @@
 ``nvdaemon spool list|retry``, ``nvdaemon webhook test URL``.
 
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or an invalid config (every error listed on stderr).
+``check-config`` and ``run`` check the same things: the file (size, UTF-8, YAML, keys, types and ranges), then what
+only the host can tell (``preflight``: the listen address binds, the token files are readable); ``run`` starts
+nothing when either finds a problem.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from nvdaemon import __version__, tail
 from nvdaemon.config import ConfigError, LoadedConfig, load_config
+from nvdaemon.preflight import preflight
 from nvdaemon.sinks import webhook_cli
 
 EXIT_CONFIG = 2
@@ -50,11 +54,25 @@ def _load(path: str | None, host_root: Path | None) -> LoadedConfig | None:
         return None
 
 
+def _checked(path: str | None, host_root: Path | None) -> LoadedConfig | None:
+    """``_load`` plus the host checks; problems are printed as config errors (None), warnings as warnings."""
+    loaded = _load(path, host_root)
+    if loaded is None:
+        return None
+    checks = preflight(loaded)
+    for issue in checks.warnings:
+        print(f"{loaded.source}: warning: {issue.path}: {issue.message}", file=sys.stderr)
+    if checks.problems:
+        print(ConfigError(loaded.source, checks.problems), file=sys.stderr)
+        return None
+    return loaded
+
+
 def _run(args: argparse.Namespace) -> int:
     from nvdaemon import logs
 
     logs.setup(args.log_format, args.log_level)
-    loaded = _load(args.config, args.host_root)
+    loaded = _checked(args.config, args.host_root)
     if loaded is None:
         return EXIT_CONFIG
     import trio
@@ -94,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return _run(args)
     if args.command == "check-config":
-        loaded = _load(args.file, args.host_root)
+        loaded = _checked(args.file, args.host_root)
         if loaded is None:
             return EXIT_CONFIG
         c = loaded.config
