@@ -221,6 +221,8 @@ class NodeExporterConfig(_Section):
     filesystem: NodeFilesystemOptions = msgspec.field(default_factory=NodeFilesystemOptions)
     netdev: NodeNetdevOptions = msgspec.field(default_factory=NodeNetdevOptions)
     hwmon: NodeHwmonOptions = msgspec.field(default_factory=NodeHwmonOptions)
+    # A larger *.prom file is skipped (node_textfile_scrape_error 1) and counted as a collector error.
+    textfile_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=256 << 20)] = 4 << 20
 
 
 class Config(_Section):
