@@ -283,9 +283,7 @@ class Agent:
         rules = engine.compile_rules(new.config.rules)
         live = {cr.key for crs in rules.values() for cr in crs}
         if any(c.rule_key not in live for c in self.engine.active.values()):
-            probe = new.state_dir / PROBE_FILE
-            await trio.to_thread.run_sync(atomic_write, probe, engine.dump_state(self.engine))
-            await trio.to_thread.run_sync(lambda: probe.unlink(missing_ok=True))
+            await trio.to_thread.run_sync(_probe_write, new.state_dir, engine.dump_state(self.engine))
         return new, rules
 
     def _reload_rejected(self, exc: BaseException, applied: bool = False) -> None:
@@ -403,6 +401,18 @@ class Agent:
                 await http.done.wait()
             root.cancel_scope.cancel()
         log.info("stopped")
+
+
+def _probe_write(state_dir: Path, data: bytes) -> None:
+    """Write ``data`` to a probe file in ``state_dir`` as engine state is written, then remove it (and the
+    temporary file ``atomic_write`` leaves behind when it fails)."""
+    probe = state_dir / PROBE_FILE
+    try:
+        atomic_write(probe, data)
+    finally:
+        for path in (probe, probe.with_name(f".{probe.name}.tmp")):
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
 
 
 async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

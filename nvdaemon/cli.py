@@ -38,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file and exit (0 valid, 2 invalid)")
     check.add_argument("file")
     check.add_argument("--host-root", type=Path)
+    check.add_argument(
+        "--offline",
+        action="store_true",
+        help="check the file only, not this host (listen address, token files): for a config of another machine",
+    )
     state = sub.add_parser("state", help="print a running agent's /v1/state")
     state.add_argument("url", nargs="?", default=DEFAULT_URL)
     state.add_argument("--token-file", help="file holding the API bearer token")
@@ -54,11 +59,11 @@ def _load(path: str | None, host_root: Path | None) -> LoadedConfig | None:
         return None
 
 
-def _checked(path: str | None, host_root: Path | None) -> LoadedConfig | None:
+def _checked(path: str | None, host_root: Path | None, offline: bool = False) -> LoadedConfig | None:
     """``_load`` plus the host checks; problems are printed as config errors (None), warnings as warnings."""
     loaded = _load(path, host_root)
-    if loaded is None:
-        return None
+    if loaded is None or offline:
+        return loaded
     checks = preflight(loaded)
     for issue in checks.warnings:
         print(f"{loaded.source}: warning: {issue.path}: {issue.message}", file=sys.stderr)
@@ -112,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return _run(args)
     if args.command == "check-config":
-        loaded = _checked(args.file, args.host_root)
+        loaded = _checked(args.file, args.host_root, offline=args.offline)
         if loaded is None:
             return EXIT_CONFIG
         c = loaded.config

@@ -81,6 +81,8 @@ def test_check_config_reports_each_host_problem_and_exits_2(tmp_path: Path, held
     assert "already in use by another process" in lines[1]
     assert f"server.apiTokenFile: cannot read the token file {tmp_path / 'nope'}" in lines[2]
     assert "Traceback" not in proc.stderr
+    offline = nvdaemon("check-config", "--offline", str(config))  # a config meant for another machine
+    assert offline.returncode == 0 and ": ok (" in offline.stdout
 
 
 def test_run_refuses_to_start_on_a_host_problem(tmp_path: Path) -> None:
