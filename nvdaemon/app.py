@@ -253,7 +253,7 @@ class Agent:
         published, so the state write that follows them must not be the first to find the disk full). A failure
         while applying after all (a sink that cannot be built, a state write, the server's restart) rolls back to
         the running config: its rules, sinks, tier loops and server. A rejected reload is logged and counted
-        (``nodevitals_config_reloads{result="rejected"}``).
+        (``nodevitals_config_reloads_total{result="rejected"}``, ``nodevitals_config_last_reload_successful`` 0).
         """
         try:
             new, rules = await self._prepare_reload()

@@ -42,6 +42,15 @@ def test_port_held_by_another_process_is_a_problem(held_port: int) -> None:
     assert why is not None and "already in use by another process" in why
 
 
+def test_host_that_does_not_resolve_is_a_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Unresolvable(socket.socket):
+        def bind(self, address: object) -> None:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "socket", Unresolvable)  # no name lookup leaves this machine
+    assert bind_problem("agent.example:9847") == "cannot resolve host 'agent.example': Name or service not known"
+
+
 def test_token_file_checks(tmp_path: Path) -> None:
     token = tmp_path / "token"
     assert token_problem(str(token)) == f"cannot read the token file {token}: No such file or directory"
