@@ -28,13 +28,13 @@ from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE as NODE_EXPORTER_TABLE
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
-from nvdaemon.config import ConfigError, LoadedConfig, load_config
+from nvdaemon.config import ConfigError, LoadedConfig
 from nvdaemon.gpu import GpuRuntime, close_gpu, open_gpu
 from nvdaemon.gpu.xid import TASK_NAME as XID_TASK
 from nvdaemon.gpu.xid import serve_xid
 from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Event, new_event_id
-from nvdaemon.preflight import preflight
+from nvdaemon.reloading import Rules, prepare_reload
 from nvdaemon.sinks import Sink, build_sinks
 from nvdaemon.statefile import atomic_write, quarantine
 from nvdaemon.supervise import Supervisor, describe
@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 events_log = logging.getLogger("nvdaemon.events")
 
 ENGINE_FILE = "engine.json"
-PROBE_FILE = ".reload-probe"  # a reload that retires rules first proves stateDir takes a write of the state's size
 DURABLE_WAIT_SECONDS = 1.0
 EventKey = tuple[str, str, str, str]  # tier, condition, severity, phase
 
@@ -247,16 +246,14 @@ class Agent:
     async def reload(self) -> None:
         """Re-read the config and apply it, or keep the running one. Never raises (``trio.Cancelled`` aside).
 
-        What can fail is tried before anything changes: reading and validating the file, the host checks of
-        ``preflight`` (a changed listen address binds, token files are readable), compiling the rules, and, when
-        rules are retired, a write of the state's size to stateDir (their EXIT events cannot be taken back once
-        published, so the state write that follows them must not be the first to find the disk full). A failure
-        while applying after all (a sink that cannot be built, a state write, the server's restart) rolls back to
-        the running config: its rules, sinks, tier loops and server. A rejected reload is logged and counted
+        What can fail is tried before anything changes (``reloading.prepare_reload``: the file, the host checks, the
+        rules, and a trial state write when rules are retired). A failure while applying after all (a sink that
+        cannot be built, a state write, the server's restart) rolls back to the running config: its rules, sinks,
+        tier loops and server. A rejected reload is logged and counted
         (``nodevitals_config_reloads_total{result="rejected"}``, ``nodevitals_config_last_reload_successful`` 0).
         """
         try:
-            new, rules = await self._prepare_reload()
+            new, rules = await prepare_reload(self.config_path, self.host_root, self.loaded, self.engine)
         except Exception as exc:
             self._reload_rejected(exc)
             return
@@ -271,21 +268,6 @@ class Agent:
         self.last_reload_ok = True
         log.info("config reloaded from %s", new.source)
 
-    async def _prepare_reload(self) -> tuple[LoadedConfig, dict[str, list[engine.CompiledRule]]]:
-        """The new config and its rules, with every check that needs no change to the running agent."""
-        new = await trio.to_thread.run_sync(lambda: load_config(self.config_path, host_root=self.host_root))
-        held = self.loaded.config.sinks.metrics.listen_addr  # the running server's address binds by definition
-        checks = await trio.to_thread.run_sync(lambda: preflight(new, held_addr=held))
-        for issue in checks.warnings:
-            log.warning("%s: %s: %s", new.source, issue.path, issue.message)
-        if checks.problems:
-            raise ConfigError(new.source, checks.problems)
-        rules = engine.compile_rules(new.config.rules)
-        live = {cr.key for crs in rules.values() for cr in crs}
-        if any(c.rule_key not in live for c in self.engine.active.values()):
-            await trio.to_thread.run_sync(_probe_write, new.state_dir, engine.dump_state(self.engine))
-        return new, rules
-
     def _reload_rejected(self, exc: BaseException, applied: bool = False) -> None:
         self.reload_failures += 1
         self.last_reload_ok = False
@@ -298,7 +280,7 @@ class Agent:
         trace = None if isinstance(exc, OSError) else exc
         log.error("reload failed %s: %s", stage, describe(exc), exc_info=trace)
 
-    async def _roll_back(self, loaded: LoadedConfig, rules: dict[str, list[engine.CompiledRule]]) -> None:
+    async def _roll_back(self, loaded: LoadedConfig, rules: Rules) -> None:
         """Back to the running config after a failed apply; conditions the rejected rules entered meanwhile EXIT."""
         self.loaded, self.rules = loaded, rules
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
@@ -308,7 +290,7 @@ class Agent:
             except Exception as exc:  # the supervisor keeps retrying what did not start; state is saved next tick
                 log.error("rollback: %s failed: %s", step.__name__.strip("_"), describe(exc))
 
-    async def _apply_config(self, new: LoadedConfig, rules: dict[str, list[engine.CompiledRule]]) -> None:
+    async def _apply_config(self, new: LoadedConfig, rules: Rules) -> None:
         self.loaded = new
         self.rules = rules
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
@@ -401,18 +383,6 @@ class Agent:
                 await http.done.wait()
             root.cancel_scope.cancel()
         log.info("stopped")
-
-
-def _probe_write(state_dir: Path, data: bytes) -> None:
-    """Write ``data`` to a probe file in ``state_dir`` as engine state is written, then remove it (and the
-    temporary file ``atomic_write`` leaves behind when it fails)."""
-    probe = state_dir / PROBE_FILE
-    try:
-        atomic_write(probe, data)
-    finally:
-        for path in (probe, probe.with_name(f".{probe.name}.tmp")):
-            with contextlib.suppress(OSError):
-                path.unlink(missing_ok=True)
 
 
 async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -15,6 +15,7 @@ import logging
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from nvdaemon import __version__, tail
@@ -59,14 +60,20 @@ def _load(path: str | None, host_root: Path | None) -> LoadedConfig | None:
         return None
 
 
-def _checked(path: str | None, host_root: Path | None, offline: bool = False) -> LoadedConfig | None:
-    """``_load`` plus the host checks; problems are printed as config errors (None), warnings as warnings."""
+def _print_warning(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr)
+
+
+def _checked(
+    path: str | None, host_root: Path | None, offline: bool = False, warn: Callable[[str], None] = _print_warning
+) -> LoadedConfig | None:
+    """``_load`` plus the host checks; problems are printed as config errors (None), warnings go to ``warn``."""
     loaded = _load(path, host_root)
     if loaded is None or offline:
         return loaded
     checks = preflight(loaded)
     for issue in checks.warnings:
-        print(f"{loaded.source}: warning: {issue.path}: {issue.message}", file=sys.stderr)
+        warn(f"{loaded.source}: {issue.path}: {issue.message}")
     if checks.problems:
         print(ConfigError(loaded.source, checks.problems), file=sys.stderr)
         return None
@@ -77,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
     from nvdaemon import logs
 
     logs.setup(args.log_format, args.log_level)
-    loaded = _checked(args.config, args.host_root)
+    loaded = _checked(args.config, args.host_root, warn=logging.getLogger("nvdaemon").warning)
     if loaded is None:
         return EXIT_CONFIG
     import trio

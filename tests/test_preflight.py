@@ -115,5 +115,7 @@ def test_missing_nvsentinel_token_is_a_warning_only(tmp_path: Path) -> None:
     )
     proc = nvdaemon("check-config", str(config))
     assert proc.returncode == 0, proc.stderr
-    assert f"warning: sinks.nvsentinel.tokenPath: cannot read the token file {tmp_path / 'token'}" in proc.stderr
+    assert (
+        f"warning: {config}: sinks.nvsentinel.tokenPath: cannot read the token file {tmp_path / 'token'}" in proc.stderr
+    )
     assert ": ok (" in proc.stdout

@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from nvdaemon import app as app_module
-from nvdaemon.app import ENGINE_FILE, PROBE_FILE, Agent
+from nvdaemon import reloading
+from nvdaemon.app import ENGINE_FILE, Agent
 from nvdaemon.config import parse_config
 from nvdaemon.model import Sample
-from nvdaemon.statefile import atomic_write
 from nvdaemon.supervise import Supervisor
 from nvdaemon.tiers import TierSnapshot
 from tests.test_config_limits import laughs
@@ -135,7 +134,7 @@ async def test_full_disk_rejects_a_reload_that_retires_a_rule_before_anything_is
         enter_load_high(agent)
         running, rules = agent.loaded, agent.rules
         write_config(tmp_path, "  []\n")  # the load rule is gone: its ENTER would need an EXIT and a state write
-        monkeypatch.setattr(app_module, "atomic_write", no_space)
+        monkeypatch.setattr(reloading, "atomic_write", no_space)  # the trial write before anything changes
         await agent.reload()
         assert (agent.reload_failures, agent.reloads, agent.last_reload_ok) == (1, 0, False)
         assert agent.loaded is running and agent.rules is rules
@@ -145,7 +144,7 @@ async def test_full_disk_rejects_a_reload_that_retires_a_rule_before_anything_is
         await agent.reload()  # the disk has room again
         assert (agent.reload_failures, agent.reloads, agent.last_reload_ok) == (1, 1, True)
         assert phases(agent) == ["ENTER", "EXIT"]
-        assert not (agent.loaded.state_dir / PROBE_FILE).exists()
+        assert not (agent.loaded.state_dir / reloading.PROBE_FILE).exists()
         assert (agent.loaded.state_dir / ENGINE_FILE).exists()
         nursery.cancel_scope.cancel()
 
@@ -156,14 +155,15 @@ async def test_state_write_failing_after_the_probe_rolls_back_to_the_running_con
     agent = make_agent(tmp_path)
 
     def engine_file_full(path: Path, data: bytes) -> None:
-        (no_space if path.name == ENGINE_FILE else atomic_write)(path, data)
+        assert path.name == ENGINE_FILE
+        no_space(path, data)
 
     async with trio.open_nursery() as nursery:
         agent.supervisor = Supervisor(nursery)
         enter_load_high(agent)
         running, rules = agent.loaded, agent.rules
         write_config(tmp_path, "  - {metric: load1, device: cpu, condition: load_very_high, threshold: 30}\n")
-        monkeypatch.setattr(app_module, "atomic_write", engine_file_full)
+        monkeypatch.setattr("nvdaemon.app.atomic_write", engine_file_full)  # the agent's own state write
         await agent.reload()
         assert (agent.reload_failures, agent.reloads) == (1, 0)
         assert agent.loaded is running and agent.rules is rules
