@@ -68,6 +68,7 @@ class Agent:
         self.started_at = time.time()
         self.started_clock = 0.0
         self.ready = False
+        self.started = trio.Event()  # the start sequence is done: a SIGHUP before it waits for it
         self.stopping = trio.Event()
         self.http_shutdown = trio.Event()
         self.bound: list[str] = []
@@ -347,6 +348,7 @@ class Agent:
     async def _reloader(self, pending: trio.MemoryReceiveChannel[None], scope: trio.CancelScope) -> None:
         with scope:
             async for _ in pending:
+                await self.started.wait()  # never alongside start_tasks, which starts the same tasks
                 try:
                     await self.reload()
                 except Exception as exc:  # reload() handles its own errors; this keeps a bug in it from the root
@@ -364,6 +366,7 @@ class Agent:
             await root.start(self.watch_signals)
             await self.start_tasks()
             self.ready = True
+            self.started.set()
             log.info("ready: node=%s tiers=%s listening on %s", self.node, ",".join(self.active_tiers()), self.bound)
             await self.stopping.wait()
             root.cancel_scope.deadline = trio.current_time() + grace

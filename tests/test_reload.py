@@ -186,6 +186,7 @@ async def test_signal_watcher_survives_an_unexpected_error_in_a_reload(
         raise RuntimeError("a bug in reload")
 
     monkeypatch.setattr(agent, "reload", broken)
+    agent.started.set()
     async with trio.open_nursery() as nursery:
         await nursery.start(agent.watch_signals)
         for n in (1, 2):
@@ -213,6 +214,7 @@ async def test_sigterm_during_a_reload_stops_the_agent_and_cancels_the_reload(
             cancelled.set()
 
     monkeypatch.setattr(agent, "reload", hanging)
+    agent.started.set()
     async with trio.open_nursery() as nursery:
         await nursery.start(agent.watch_signals)
         os.kill(os.getpid(), signal.SIGHUP)
@@ -223,4 +225,26 @@ async def test_sigterm_during_a_reload_stops_the_agent_and_cancels_the_reload(
             await agent.stopping.wait()
             await cancelled.wait()
         assert agent.reload_failures == 0  # a cancelled reload is not a rejected one
+        nursery.cancel_scope.cancel()
+
+
+async def test_sighup_during_start_waits_for_the_start_sequence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent(tmp_path)
+    calls: list[bool] = []
+
+    async def record() -> None:
+        calls.append(agent.started.is_set())
+
+    monkeypatch.setattr(agent, "reload", record)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.watch_signals)
+        os.kill(os.getpid(), signal.SIGHUP)
+        await trio.sleep(0.2)  # the signal is in; the reload waits for the start sequence (start_tasks)
+        agent.started.set()
+        with trio.fail_after(10):
+            while not calls:
+                await trio.sleep(0.01)
+        assert calls == [True]
         nursery.cancel_scope.cancel()
