@@ -23,7 +23,7 @@ import trio
 from nvdaemon import reloading
 from nvdaemon.app import ENGINE_FILE, Agent
 from nvdaemon.config import parse_config
-from nvdaemon.model import Sample
+from nvdaemon.model import COUNT_LABELS, Sample
 from nvdaemon.supervise import Supervisor
 from nvdaemon.tiers import TierSnapshot
 from tests.test_config_limits import laughs
@@ -118,7 +118,8 @@ def enter_load_high(agent: Agent) -> None:
 
 
 def phases(agent: Agent) -> list[str]:
-    return [phase for (_, condition, _, phase), n in agent.event_counts.items() for _ in range(n)]
+    at = COUNT_LABELS.index("phase")
+    return [key[at] for key, n in agent.event_counts.items() for _ in range(n)]
 
 
 def no_space(path: Path, data: bytes) -> None:
