@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_attr
 from nvdaemon.model import Kind, Sample, make_labels
 
 _LINE = re.compile(r"(\S+)\s+([0-9]{1,25})\s*", re.ASCII)
@@ -63,7 +63,7 @@ def read_device(device: Path, problems: list[tuple[Path, Exception]]) -> dict[st
     for severity, (file_name, total_name, _) in SEVERITIES.items():
         path = device / file_name
         try:
-            counts[severity], skipped = parse_aer(read_text(path), total_name)
+            counts[severity], skipped = parse_aer(read_attr(path), total_name)
         except NotPresent:
             continue
         except (OSError, ParseError) as exc:
