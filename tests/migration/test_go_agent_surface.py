@@ -410,3 +410,30 @@ def test_rest_answers_in_go_shapes(migrated: tuple[Agent, Receiver, dict[str, Pa
 
     status, body = agent.get("/v1/status")
     assert status == 200 and json.loads(body)["node"] == NODE
+
+
+def test_go_smart_rule_enters_per_disk(migrated: tuple[Agent, Receiver, dict[str, ParsedFamily]]) -> None:
+    """Go's default smartRules row (``device: ""``): sdb's 24 pending sectors enter on their own, as a smart event."""
+    agent, rx, _ = migrated
+    rx.wait(lambda r: any(x.data and x.data.get("condition") == "smart_pending_sectors" for x in r.received))
+    got = [x.data for x in rx.received if x.data and x.data.get("condition") == "smart_pending_sectors"]
+    assert [(d["device"], d["phase"]) for d in got] == [("sdb", "ENTER")]  # sda has none: no event
+    data = got[0]
+    assert (data["tier"], data["severity"], data["node"]) == ("smart", "critical", NODE)
+    assert data["detail"]["value"] == 24 and data["detail"]["threshold"] == 0
+    assert "ended_at" not in data
+
+    def counted() -> list[dict[str, str]]:
+        fam = parse(agent.get("/metrics")[1].decode()).get("nodevitals_events_total")
+        return [s for s in (_series(fam) if fam else []) if s["condition"] == "smart_pending_sectors"]
+
+    [series] = wait_for(counted, "nodevitals_events_total for smart_pending_sectors")
+    assert series == {
+        "node": NODE,
+        "tier": "smart",
+        "device": "sdb",
+        "condition": "smart_pending_sectors",
+        "severity": "critical",
+        "phase": "ENTER",
+        "xid": "",
+    }
