@@ -23,7 +23,7 @@ from werkzeug.exceptions import HTTPException
 from nvdaemon.server import history_routes, stream_routes
 from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
 from nvdaemon.server.responses import json_response
-from nvdaemon.server.state import state_document
+from nvdaemon.server.state import state_samples, status_document
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -89,7 +89,11 @@ def build_app(agent: Agent) -> QuartTrio:
 
     @app.get("/v1/state")
     async def v1_state() -> Response:
-        return json_response(state_document(agent), 200)
+        return json_response(state_samples(agent), 200)
+
+    @app.get("/v1/status")
+    async def v1_status() -> Response:
+        return json_response(status_document(agent), 200)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:

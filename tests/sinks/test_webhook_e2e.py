@@ -59,7 +59,7 @@ def test_sigkill_with_a_backlog_then_restart_delivers_everything_in_order(
         agent.start()
 
         def spooled() -> list[str] | None:
-            state = agent.state()
+            state = agent.status()
             ids = [e["id"] for e in state["recentEvents"]]
             s = state["sinks"].get(sink, {})
             ok = len(ids) >= 4 and s.get("backlog") == len(ids) and s.get("lastError", "").startswith("ConnectError")
@@ -78,7 +78,7 @@ def test_sigkill_with_a_backlog_then_restart_delivers_everything_in_order(
         rx.start()
         agent.start()
         wait_for(lambda: set(pending) <= set(rx.ids()), "the backlog delivered after the restart", timeout=30)
-        wait_for(lambda: agent.state()["sinks"][sink]["backlog"] == 0, "backlog 0")
+        wait_for(lambda: agent.status()["sinks"][sink]["backlog"] == 0, "backlog 0")
         status, body = agent.get("/metrics")
         assert status == 200
         text = body.decode()
