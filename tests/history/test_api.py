@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import msgspec
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -22,9 +23,10 @@ from nvdaemon.app import Agent
 from nvdaemon.gotime import rfc3339
 from nvdaemon.history.core import EPOCH, MAX_POINTS, Acc, quantum_for
 from nvdaemon.history.service import HistorySink
-from nvdaemon.history.store import _UPSERT, HistoryStore
+from nvdaemon.history.store import _UPSERT, HistoryStore, QueryResult, SeriesResult
 from nvdaemon.model import Sample, make_labels
 from nvdaemon.server.app import build_app
+from nvdaemon.server.history_routes import CHUNK, GoPoint, GoSeries, series_json
 from nvdaemon.sqlitetx import transaction
 from nvdaemon.supervise import Supervisor
 from nvdaemon.tiers import TierSnapshot
@@ -218,6 +220,30 @@ async def test_more_than_the_limit_is_413_with_a_hint(agent: Agent) -> None:
     assert rows(doc[0])[0][1:] == (50.0, 50.0, 50.0)
     status, doc = await get(agent, "/v1/history/gpu_utilization_pct", range="2400h")  # 144,000 points: under
     assert status == 200 and 143_990 <= len(doc[0]["points"]) <= 144_001
+
+
+@pytest.mark.parametrize("sizes", [[], [0], [1], [CHUNK], [CHUNK + 1, 3], [2 * CHUNK + 5, 0, CHUNK - 1]])
+def test_pieces_make_the_document_encoded_whole(sizes: list[int]) -> None:
+    result = QueryResult(
+        [
+            SeriesResult(
+                f"gpu{i}", {"gpu_uuid": f"GPU-{i}"} if i % 2 else {}, [(60 * k, k / 3, -k, 1e21) for k in range(n)]
+            )
+            for i, n in enumerate(sizes)
+        ]
+    )
+    whole = [
+        GoSeries(
+            metric="m",
+            node="n1",
+            tier="core",
+            device=s.device,
+            labels=s.labels,
+            points=[GoPoint(rfc3339(t), a, lo, hi) for t, a, lo, hi in s.points],
+        )
+        for s in result.series
+    ]
+    assert b"".join(series_json("m", "n1", result)) == msgspec.json.encode(whole)
 
 
 async def test_token_guard_applies(tmp_path: Path) -> None:
