@@ -136,7 +136,7 @@ def test_samples_match_the_recordings(standin: Standin) -> None:
         assert dict(s.labels) == LABELS[s.device] and s.tier == "smart" and s.timestamp == NOW
         assert s.metric in HELP, s.metric
     assert {name: st.readable for name, st in c.status.items()} == dict.fromkeys(DEVICES, True)
-    # /v1/state names each disk read this cycle.
+    # /v1/status names each disk read this cycle.
     identity = {"model": HDD["model"], "serial": HDD["serial"], "interface": "sat"}
     assert c.detail()["devices"]["sdb"] == {"state": "ok", "readable": True, "parseErrors": 0, **identity}
 
