@@ -32,6 +32,8 @@ from nvdaemon.history.core import Acc
 from nvdaemon.history.store import HistoryStore
 from tests.test_e2e import ROOT, Agent, free_port, wait_for
 
+pytestmark = pytest.mark.e2e
+
 TOKEN = "rest-token-5b1e"
 CONFIG = """
 node: rest-node
