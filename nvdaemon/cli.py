@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check the file only, not this host (listen address, token files): for a config of another machine",
     )
-    state = sub.add_parser("state", help="print a running agent's /v1/state")
+        state = sub.add_parser("state", help="print a running agent's status document (/v1/status)")
     state.add_argument("url", nargs="?", default=DEFAULT_URL)
     state.add_argument("--token-file", help="file holding the API bearer token")
     webhook_cli.add_parsers(sub)  # spool list|retry, webhook test
@@ -132,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _state(args: argparse.Namespace) -> int:
-    req = urllib.request.Request(args.url.rstrip("/") + "/v1/state")
+    req = urllib.request.Request(args.url.rstrip("/") + "/v1/status")
     if args.token_file:
         req.add_header("Authorization", "Bearer " + Path(args.token_file).read_text().strip())
     try:

@@ -70,25 +70,25 @@ def test_bad_configs_on_sighup_are_rejected_and_the_agent_keeps_serving(agent: A
     agent.start()
     assert agent.proc is not None
     wait_for(
-        lambda: ("load_high", "cpu") in {(c["condition"], c["device"]) for c in agent.state()["conditions"]}, "ENTER"
+        lambda: ("load_high", "cpu") in {(c["condition"], c["device"]) for c in agent.status()["conditions"]}, "ENTER"
     )
     try:
         for n, (what, content) in enumerate(bad.items(), start=1):
             agent.config.write_bytes(content)
             agent.proc.send_signal(signal.SIGHUP)
-            wait_for(lambda n=n: agent.state()["reloads"]["rejected"] == n, f"reload of {what} rejected")  # type: ignore[misc]
+            wait_for(lambda n=n: agent.status()["reloads"]["rejected"] == n, f"reload of {what} rejected")  # type: ignore[misc]
             assert agent.proc.poll() is None, what
             assert agent.get("/healthz")[0] == 200, what
-            assert agent.state()["reloads"]["ok"] == 0, what
+            assert agent.status()["reloads"]["ok"] == 0, what
             assert rejected_metric(agent) == n, what
             assert "nodevitals_config_last_reload_successful 0.0" in agent.get("/metrics")[1].decode()
     finally:
         held.close()
     # The running config is still the old one: its rule's condition is active, its port serves.
-    assert ("load_high", "cpu") in {(c["condition"], c["device"]) for c in agent.state()["conditions"]}
+    assert ("load_high", "cpu") in {(c["condition"], c["device"]) for c in agent.status()["conditions"]}
     agent.config.write_text(good.replace("threshold: 16", "threshold: 99"))
     agent.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: agent.state()["reloads"]["ok"] == 1, "a good reload after the bad ones")
+    wait_for(lambda: agent.status()["reloads"]["ok"] == 1, "a good reload after the bad ones")
     assert "nodevitals_config_last_reload_successful 1.0" in agent.get("/metrics")[1].decode()
     assert agent.stop()[0] == 0
 

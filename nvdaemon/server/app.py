@@ -24,7 +24,7 @@ from nvdaemon.server import history_routes, stream_routes
 from nvdaemon.server.listen import bind_list
 from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
 from nvdaemon.server.responses import json_response
-from nvdaemon.server.state import state_document
+from nvdaemon.server.state import state_samples, status_document
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -90,7 +90,11 @@ def build_app(agent: Agent) -> QuartTrio:
 
     @app.get("/v1/state")
     async def v1_state() -> Response:
-        return json_response(state_document(agent), 200)
+        return json_response(state_samples(agent), 200)
+
+    @app.get("/v1/status")
+    async def v1_status() -> Response:
+        return json_response(status_document(agent), 200)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:

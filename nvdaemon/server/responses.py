@@ -8,7 +8,7 @@ import msgspec
 from quart import Response
 
 
-def json_response(body: dict[str, Any], status: int) -> Response:
+def json_response(body: dict[str, Any] | list[Any], status: int) -> Response:
     return Response(msgspec.json.encode(body), status=status, content_type="application/json")
 
 

@@ -1,5 +1,5 @@
 """End to end: ``nvdaemon run`` as a subprocess with ``tiers: [core, gpu]`` on the fake NVML (the XID 79 scenario):
-gpu samples and the dcgm surface in /metrics, the XID and the lost GPU in /v1/state, and the XID delivered to the
+gpu samples and the dcgm surface in /metrics, the XID and the lost GPU in /v1/status, and the XID delivered to the
 test platform-connector as an NvdaemonGpuXidError node condition."""
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def test_gpu_samples_xid_event_lost_gpu_and_nvsentinel_condition(setup: tuple[Ag
     assert "# TYPE DCGM_FI_DEV_GPU_TEMP gauge" in metrics
 
     def xid_events() -> list[dict[str, object]]:
-        return [e for e in agent.state()["recentEvents"] if e["condition"] == "gpu_xid_error"]
+        return [e for e in agent.status()["recentEvents"] if e["condition"] == "gpu_xid_error"]
 
-    (xid,) = wait_for(xid_events, "the XID 79 event in /v1/state")
+    (xid,) = wait_for(xid_events, "the XID 79 event in /v1/status")
     assert (xid["device"], xid["severity"], xid["phase"], xid["tier"]) == ("gpu3", "critical", "ENTER", "gpu")
     assert xid["detail"] == {
         "xid": 79,
@@ -55,7 +55,7 @@ def test_gpu_samples_xid_event_lost_gpu_and_nvsentinel_condition(setup: tuple[Ag
         "pci_bus_id": "00000000:5D:00.0",
     }
     wait_for(
-        lambda: [e for e in agent.state()["recentEvents"] if e["condition"] == "gpu_lost" and e["device"] == "gpu3"],
+        lambda: [e for e in agent.status()["recentEvents"] if e["condition"] == "gpu_lost" and e["device"] == "gpu3"],
         "gpu_lost for gpu3",
     )
     cond = wait_for(

@@ -53,10 +53,10 @@ def test_fault_raises_node_condition_clear_flips_it_restart_keeps_state(setup: t
     faults = [e for e in connector.ok_events() if e.checkName == CHECK and not e.isHealthy]
     assert len(faults) == 1
 
-    sink = agent.state()["sinks"]["nvsentinel"]
+    sink = agent.status()["sinks"]["nvsentinel"]
     assert sink["socketPresent"] is True and sink["pending"] == 0
     assert {r["checkName"] for r in sink["reported"]} == {CHECK, "NvdaemonLoadHigh"}
-    assert TOKEN not in json.dumps(agent.state())
+    assert TOKEN not in json.dumps(agent.status())
     _, metrics = agent.get("/metrics")
     text = metrics.decode()
     assert 'nvsentinel_health_events_publisher_sends_success_total{monitor="nvdaemon"} 4.0' in text

@@ -107,7 +107,7 @@ def test_tail_prints_fixture_faults_and_survives_an_agent_restart(agent: Agent, 
         wanted = {"load_high", "cpu_package_hot", "pcie_aer_fatal", "memory_pressure"}
         wait_for(lambda: wanted <= {e["data"]["condition"] for e in _events(raw)}, "the fixture's faults in tail")
         wait_for(lambda: "cpu_package_hot" in plain.read_text(), "the critical fault in the filtered tail")
-        first_run = [e["id"] for e in agent.state()["recentEvents"]]
+        first_run = [e["id"] for e in agent.status()["recentEvents"]]
         assert agent.stop()[0] == 0
         # While the agent is down the load falls: after the restart the restored load_high EXITs.
         (agent.host / "proc" / "loadavg").write_text("0.50 0.40 0.30 2/1310 223344\n")
@@ -117,7 +117,7 @@ def test_tail_prints_fixture_faults_and_survives_an_agent_restart(agent: Agent, 
             return any(e["data"]["phase"] == "EXIT" for e in _events(raw))
 
         wait_for(exited, "load_high EXIT after the restart in tail")
-        second_run = [e["id"] for e in agent.state()["recentEvents"]]
+        second_run = [e["id"] for e in agent.status()["recentEvents"]]
         printed = _events(raw)
         assert [e["id"] for e in printed] == first_run + second_run  # nothing skipped, nothing repeated
         for doc in printed:  # --json prints the Go agent's data: RFC 3339 times, ended_at only on an EXIT
