@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check the file only, not this host (listen address, token files): for a config of another machine",
     )
-        state = sub.add_parser("state", help="print a running agent's status document (/v1/status)")
+    state = sub.add_parser("state", help="print a running agent's status document (/v1/status)")
     state.add_argument("url", nargs="?", default=DEFAULT_URL)
     state.add_argument("--token-file", help="file holding the API bearer token")
     webhook_cli.add_parsers(sub)  # spool list|retry, webhook test
