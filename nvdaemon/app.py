@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import logging
 import signal
+import socket
 import time
 from collections.abc import Hashable
 from pathlib import Path
@@ -67,6 +68,7 @@ class Agent:
         self.stopping = trio.Event()
         self.http_shutdown = trio.Event()
         self.bound: list[str] = []
+        self.http_socket: socket.socket | None = None  # the running HTTP server's listening socket
         self.supervisor: Supervisor | None = None
         self.reloads = 0
         self.changes = 0  # bumped by anything that changes what /metrics shows besides snapshots and events
@@ -105,7 +107,7 @@ class Agent:
     def server_fingerprint(self) -> Hashable:
         c = self.loaded.config
         s = c.server
-        return (c.sinks.metrics.listen_addr, s.max_request_bytes, s.header_timeout_seconds, s.api_token_file)
+        return (c.sinks.metrics.listen_addr, s)  # apiTokenFile's content is re-read by the server itself
 
     # ---- engine ---------------------------------------------------------------------------------------------
     @property
@@ -248,6 +250,13 @@ class Agent:
             return
         sup = self.supervisor
         assert sup is not None
+        try:
+            http_socket = self.bind_for(new)
+        except OSError as exc:
+            self.reload_failures += 1
+            addr = new.config.sinks.metrics.listen_addr
+            log.error("reload rejected, keeping the running config: cannot listen on %s: %s", addr, exc)
+            return
         self.reloads += 1
         self.loaded = new
         self.rules = engine.compile_rules(new.config.rules)
@@ -263,15 +272,42 @@ class Agent:
             running = sup.tasks.get(name)
             if running is None or running.fingerprint != self.tier_fingerprint(tier):
                 await sup.start(name, serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier))
-        http = sup.tasks.get("http")
-        if http is not None and http.fingerprint != self.server_fingerprint():
-            from nvdaemon.server.app import serve_http
-
-            self.http_shutdown.set()
-            await http.done.wait()
-            self.http_shutdown = trio.Event()
-            await sup.start("http", serve_http, self, critical=True, fingerprint=self.server_fingerprint())
+        await self.restart_http(http_socket)
         log.info("config reloaded from %s", new.source)
+
+    def bind_for(self, new: LoadedConfig) -> socket.socket | None:
+        """A listening socket on ``new``'s listenAddr when it differs from the running server's, bound before
+        anything of ``new`` is applied: an address that cannot be had rejects the reload and the old server stays
+        (OSError). None when the address is unchanged (a restarted server takes over the running one's socket)."""
+        from nvdaemon.server import listen
+
+        addr = new.config.sinks.metrics.listen_addr
+        if self.supervisor is None or "http" not in self.supervisor.tasks:
+            return None
+        if addr == self.loaded.config.sinks.metrics.listen_addr:
+            return None
+        return listen.bind(addr, user_timeout_ms=listen.user_timeout_ms(new.config.server.header_timeout_seconds))
+
+    async def restart_http(self, sock: socket.socket | None) -> None:
+        """Restart the HTTP server if its settings changed: the new one is listening (on ``sock``, or on a dup of
+        the running server's socket) before the old one is told to stop, so no connection is refused meanwhile;
+        the old one then finishes its requests within its graceful timeout."""
+        from nvdaemon.server.app import serve_http  # the server imports Agent's module for typing only
+
+        sup = self.supervisor
+        assert sup is not None
+        http = sup.tasks.get("http")
+        if http is None or http.fingerprint == self.server_fingerprint():
+            if sock is not None:
+                sock.close()
+            return
+        if sock is None and self.http_socket is not None and self.http_socket.fileno() != -1:
+            sock = self.http_socket.dup()
+        old_shutdown, self.http_shutdown = self.http_shutdown, trio.Event()
+        del sup.tasks["http"]  # kept running until the new one listens: Supervisor.start would cancel it first
+        await sup.start("http", serve_http, self, sock, critical=True, fingerprint=self.server_fingerprint())
+        old_shutdown.set()
+        await http.done.wait()
 
     async def watch_signals(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:

@@ -1,0 +1,247 @@
+"""The listening socket and the accept loop: hypercorn's trio worker (``worker_serve``) with a bound on connections.
+
+Why not ``hypercorn.trio.serve``: it binds inside and accepts with ``trio.serve_listeners``, which accepts without
+limit and, out of file descriptors, logs a traceback and retries ten times a second. Here:
+
+- ``bind`` makes the socket, so the agent can bind a new address before closing the old one, and hand the same
+  socket (a dup) from one server to the next when only other server settings change (nothing is refused meanwhile).
+- At most ``Limits.max_connections`` connections are served at once (further capped so that ``FD_RESERVE`` file
+  descriptors of RLIMIT_NOFILE stay free for collectors, sqlite and subprocesses). Above it a connection goes to the
+  probe lane: its request head is read with a short deadline and ``/healthz`` and ``/readyz`` are answered there
+  (the kubelet must see the agent alive while clients hold every slot); anything else gets 503. When the lane is
+  full too, the connection is closed at once.
+- ``accept`` failing for lack of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) is logged once per burst, with a count
+  when it ends, and retried every ``ACCEPT_RETRY_SECONDS``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import resource
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import repr_socket_addr, wrap_app
+
+log = logging.getLogger(__name__)
+
+FD_RESERVE = 64  # descriptors of RLIMIT_NOFILE never given to connections
+PROBE_LANE = 16  # connections above the cap that are still read, for /healthz and /readyz
+PROBE_HEAD_BYTES = 8192  # a probe's request head larger than this is refused
+ACCEPT_RETRY_SECONDS = 0.1
+BACKLOG = 1024  # pending connections the kernel queues (capped by net.core.somaxconn)
+CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+Probe = Callable[[str], "tuple[int, bytes] | None"]  # path -> (status, JSON body), or None: not a probe path
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (every interface) -> (host, port); host "" for every interface."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isascii() or not port.isdigit() or len(port) > 5 or int(port) > 65535:
+        raise ValueError(f"listen address {addr!r}: expected HOST:PORT")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def user_timeout_ms(header_timeout_seconds: float) -> int:
+    return max(1, round(header_timeout_seconds)) * 1000
+
+
+def set_user_timeout(sock: socket.socket, ms: int) -> None:
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, ms)
+
+
+def bind(addr: str, *, user_timeout_ms: int, backlog: int = BACKLOG) -> socket.socket:
+    """A listening, non-blocking TCP socket on ``addr``; OSError (EADDRINUSE, EADDRNOTAVAIL, a name that does not
+    resolve: socket.gaierror) when it cannot be had. ``:PORT`` listens dual-stack where IPv6 exists, else on
+    0.0.0.0. TCP_USER_TIMEOUT, inherited by accepted sockets: a peer that leaves sent data unacknowledged, or keeps
+    its receive window shut, for ``user_timeout_ms`` is aborted by the kernel (hypercorn writes with a shielded
+    ``send_all``; without this a websocket client that stops reading would hold its connection for ever)."""
+    host, port = split_addr(addr)
+    if host == "":
+        try:
+            return _bind(socket.AF_INET6, ("::", port), backlog, user_timeout_ms, dual_stack=True)
+        except OSError as exc:
+            if exc.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                raise
+        host = "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return _bind(family, (host, port), backlog, user_timeout_ms)
+
+
+def _bind(
+    family: int, address: tuple[str, int], backlog: int, user_timeout_ms: int, dual_stack: bool = False
+) -> socket.socket:
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if dual_stack:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        set_user_timeout(sock, user_timeout_ms)
+        sock.bind(address)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def describe(sock: socket.socket) -> str:
+    return f"http://{repr_socket_addr(sock.family, sock.getsockname())}"
+
+
+def connection_cap(max_connections: int) -> int:
+    """``max_connections``, lowered so that FD_RESERVE descriptors and the probe lane fit under RLIMIT_NOFILE."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    return max(1, min(max_connections, soft - FD_RESERVE - PROBE_LANE))
+
+
+@dataclass
+class Limits:
+    max_connections: int
+    probe_deadline: float  # seconds a lane connection has to send its request head
+
+
+class AcceptErrors:
+    """Logs the first resource failure of ``accept`` in a burst, and how many there were once one succeeds."""
+
+    def __init__(self) -> None:
+        self.in_burst = 0
+        self.total = 0
+
+    def failed(self, exc: OSError) -> None:
+        if not self.in_burst:
+            log.error("accept failed: %s; retrying every %.1fs (logged once per burst)", exc, ACCEPT_RETRY_SECONDS)
+        self.in_burst += 1
+        self.total += 1
+
+    def succeeded(self) -> None:
+        if self.in_burst:
+            log.warning("accept works again after %d failed attempt(s)", self.in_burst)
+        self.in_burst = 0
+
+
+@dataclass
+class Gate:
+    """Open connections, by lane; counters for what was turned away."""
+
+    cap: int
+    open: int = 0
+    lane: int = 0
+    refused: int = 0  # answered 503 in the lane, or closed at once
+
+
+async def serve(
+    app: Any,
+    hc: HypercornConfig,
+    sock: socket.socket,
+    *,
+    limits: Limits,
+    probe: Probe,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on ``sock`` (which this closes on return) until ``shutdown_trigger`` returns, then stop
+    accepting, close idle keep-alive connections and give the others ``hc.graceful_timeout`` (hypercorn's order)."""
+    wrapped = wrap_app(app, hc.wsgi_max_body_size, "asgi")
+    context = WorkerContext(None)
+    state: dict[str, Any] = {}
+    lifespan = Lifespan(wrapped, hc, state)
+    gate = Gate(cap=connection_cap(limits.max_connections))
+    errors = AcceptErrors()
+    listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+
+    async def connection(stream: trio.SocketStream) -> None:
+        try:
+            await TCPServer(wrapped, hc, context, ConnectionState(state.copy()), stream).run()  # type: ignore[arg-type]
+        finally:
+            gate.open -= 1
+
+    async def lane(stream: trio.SocketStream) -> None:
+        try:
+            await _answer_probe(stream, probe, limits.probe_deadline)
+        finally:
+            gate.lane -= 1
+
+    async def accept(connections: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno not in CAPACITY_ERRNOS:
+                    raise
+                errors.failed(exc)
+                await trio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
+            errors.succeeded()
+            if gate.open < gate.cap:
+                gate.open += 1
+                connections.start_soon(connection, stream)
+            elif gate.lane < PROBE_LANE:
+                gate.lane += 1
+                connections.start_soon(lane, stream)
+            else:
+                gate.refused += 1
+                stream.socket.close()
+
+    try:
+        async with trio.open_nursery() as lifespan_nursery:
+            await lifespan_nursery.start(lifespan.handle_lifespan)
+            await lifespan.wait_for_startup()
+            async with trio.open_nursery() as connections:
+                try:
+                    async with trio.open_nursery() as accepting:
+                        accepting.start_soon(accept, connections)
+                        task_status.started(describe(sock))
+                        await shutdown_trigger()
+                        accepting.cancel_scope.cancel()
+                finally:
+                    listener.socket.close()  # nothing new is accepted while the open connections finish
+                    await context.terminated.set()  # idle keep-alive connections close now, none is recycled
+                    connections.cancel_scope.deadline = trio.current_time() + hc.graceful_timeout
+            await lifespan.wait_for_shutdown()
+            lifespan_nursery.cancel_scope.cancel()
+    finally:
+        listener.socket.close()
+
+
+async def _answer_probe(stream: trio.SocketStream, probe: Probe, deadline: float) -> None:
+    """Read one request head; answer a probe path, refuse anything else with 503; close."""
+    status, body = 503, b'{"error":"too many connections"}'
+    try:
+        with trio.move_on_after(deadline) as waited:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = await stream.receive_some(PROBE_HEAD_BYTES)
+                if not chunk or len(head) + len(chunk) > PROBE_HEAD_BYTES:
+                    return
+                head += chunk
+        if waited.cancelled_caught:
+            return
+        method, _, rest = head.partition(b" ")
+        target = rest.partition(b" ")[0].partition(b"?")[0]
+        if method == b"GET":
+            answer = probe(target.decode("latin-1"))
+            if answer is not None:
+                status, body = answer
+        reason = b"OK" if status == 200 else b"Service Unavailable"
+        reply = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+        with trio.move_on_after(deadline):
+            await stream.send_all(reply % (status, reason, len(body)) + body)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    finally:
+        stream.socket.close()
