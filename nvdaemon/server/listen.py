@@ -109,6 +109,15 @@ def connection_cap(max_connections: int) -> int:
     return max(1, min(max_connections, soft - FD_RESERVE - PROBE_LANE))
 
 
+class _TCPServer(TCPServer):
+    """Hypercorn's connection, ending when the peer has gone: its idle timer otherwise keeps the connection's task
+    group, and so its slot under the cap, for up to ``keep_alive_timeout`` after the peer closed."""
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        await self.idle_task.stop()
+
+
 @dataclass
 class Limits:
     max_connections: int
@@ -166,7 +175,7 @@ async def serve(
 
     async def connection(stream: trio.SocketStream) -> None:
         try:
-            await TCPServer(wrapped, hc, context, ConnectionState(state.copy()), stream).run()  # type: ignore[arg-type]
+            await _TCPServer(wrapped, hc, context, ConnectionState(state.copy()), stream).run()  # type: ignore[arg-type]
         finally:
             gate.open -= 1
 
@@ -176,27 +185,6 @@ async def serve(
         finally:
             gate.lane -= 1
 
-    async def accept(connections: trio.Nursery) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except OSError as exc:
-                if exc.errno not in CAPACITY_ERRNOS:
-                    raise
-                errors.failed(exc)
-                await trio.sleep(ACCEPT_RETRY_SECONDS)
-                continue
-            errors.succeeded()
-            if gate.open < gate.cap:
-                gate.open += 1
-                connections.start_soon(connection, stream)
-            elif gate.lane < PROBE_LANE:
-                gate.lane += 1
-                connections.start_soon(lane, stream)
-            else:
-                gate.refused += 1
-                stream.socket.close()
-
     try:
         async with trio.open_nursery() as lifespan_nursery:
             await lifespan_nursery.start(lifespan.handle_lifespan)
@@ -204,7 +192,7 @@ async def serve(
             async with trio.open_nursery() as connections:
                 try:
                     async with trio.open_nursery() as accepting:
-                        accepting.start_soon(accept, connections)
+                        accepting.start_soon(accept_loop, listener, gate, errors, connections, connection, lane)
                         task_status.started(describe(sock))
                         await shutdown_trigger()
                         accepting.cancel_scope.cancel()
@@ -216,6 +204,37 @@ async def serve(
             lifespan_nursery.cancel_scope.cancel()
     finally:
         listener.socket.close()
+
+
+async def accept_loop(
+    listener: trio.abc.Listener[trio.SocketStream],
+    gate: Gate,
+    errors: AcceptErrors,
+    nursery: trio.Nursery,
+    serve_one: Callable[[trio.SocketStream], Awaitable[None]],
+    serve_lane: Callable[[trio.SocketStream], Awaitable[None]],
+) -> None:
+    """Accept for ever: under the cap a connection is served, above it the probe lane takes it while it has room,
+    and otherwise it is closed at once. Out of descriptors (or kernel memory) the loop waits and retries."""
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            if exc.errno not in CAPACITY_ERRNOS:
+                raise
+            errors.failed(exc)
+            await trio.sleep(ACCEPT_RETRY_SECONDS)
+            continue
+        errors.succeeded()
+        if gate.open < gate.cap:
+            gate.open += 1
+            nursery.start_soon(serve_one, stream)
+        elif gate.lane < PROBE_LANE:
+            gate.lane += 1
+            nursery.start_soon(serve_lane, stream)
+        else:
+            gate.refused += 1
+            stream.socket.close()
 
 
 async def _answer_probe(stream: trio.SocketStream, probe: Probe, deadline: float) -> None:
