@@ -78,8 +78,8 @@ async def test_connection_cap_answers_probes_and_refuses_the_rest(tmp_path: Path
                 await conn.aclose()
                 await trio.sleep(0.05)
         assert b"nodevitals_" in body
-        for conn in [*held, conn, probe]:
-            await conn.aclose()
+        for c in [*held, conn, probe]:
+            await c.aclose()
 
 
 class FlakyListener(trio.abc.Listener[trio.SocketStream]):

@@ -120,16 +120,16 @@ async def test_unfinished_fragmented_messages_are_cut_off_with_1009(tmp_path: Pa
 
 
 async def test_finished_message_over_the_cap_closes_with_1009_and_small_ones_are_ignored(tmp_path: Path) -> None:
-    async with running(tmp_path, extra=f"server: {{maxWebsocketMessageBytes: {CAP}}}\n") as srv:
-        async with srv.connect() as ws:
-            await ws.send_message("x" * CAP)  # at the cap: read and ignored
-            await srv.publish([make_event(2)])
-            assert (await receive(ws, 1))[0]["data"]["seq"] == 2
-            await ws.send_message("x" * (CAP + 1))
-            with trio.fail_after(10), pytest.raises(trio_websocket.ConnectionClosed) as closed:
-                while True:
-                    await ws.get_message()
-            assert closed.value.reason.code == 1009
+    extra = f"server: {{maxWebsocketMessageBytes: {CAP}}}\n"
+    async with running(tmp_path, extra=extra) as srv, srv.connect() as ws:
+        await ws.send_message("x" * CAP)  # at the cap: read and ignored
+        await srv.publish([make_event(2)])
+        assert (await receive(ws, 1))[0]["data"]["seq"] == 2
+        await ws.send_message("x" * (CAP + 1))
+        with trio.fail_after(10), pytest.raises(trio_websocket.ConnectionClosed) as closed:
+            while True:
+                await ws.get_message()
+        assert closed.value.reason.code == 1009
 
 
 @pytest.mark.parametrize("replay", ["³", "١٢", "+1", " 1", "1e3", "0x10", "1" * 10, "-1", "1.0"])
