@@ -129,7 +129,7 @@ async def test_finished_message_over_the_cap_closes_with_1009_and_small_ones_are
         with trio.fail_after(10), pytest.raises(trio_websocket.ConnectionClosed) as closed:
             while True:
                 await ws.get_message()
-        assert closed.value.reason.code == 1009
+        assert closed.value.reason is not None and closed.value.reason.code == 1009
 
 
 @pytest.mark.parametrize("replay", ["³", "١٢", "+1", " 1", "1e3", "0x10", "1" * 10, "-1", "1.0"])
