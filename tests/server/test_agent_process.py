@@ -3,7 +3,6 @@ reload to a listenAddr that cannot be had (the running server stays) or can (bou
 
 from __future__ import annotations
 
-import resource
 import shutil
 import signal
 import socket
@@ -30,12 +29,13 @@ NOFILE = 128
 
 class LimitedAgent(Agent):
     def start(self, nofile: int | None = None) -> None:
-        def limit() -> None:
-            if nofile is not None:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-        cmd = [sys.executable, "-m", "nvdaemon", "run", "--host-root", str(self.host), "--config", str(self.config)]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, cwd=ROOT, preexec_fn=limit)
+        """``nvdaemon run``, with RLIMIT_NOFILE set to ``nofile`` first when given (the way a container runtime
+        would: the agent starts with it)."""
+        limit = f"resource.setrlimit(resource.RLIMIT_NOFILE, ({nofile}, {nofile}))" if nofile else "pass"
+        run = "runpy.run_module('nvdaemon', run_name='__main__')"
+        boot = f"import resource, runpy, sys; {limit}; sys.argv[0] = 'nvdaemon'; {run}"
+        args = ["run", "--host-root", str(self.host), "--config", str(self.config)]
+        self.proc = subprocess.Popen([sys.executable, "-c", boot, *args], stdout=self.log, stderr=self.log, cwd=ROOT)
         wait_for(lambda: self.get("/readyz")[0] == 200, "readyz 200")
 
 
@@ -100,7 +100,7 @@ def test_reload_to_an_address_in_use_keeps_the_server_and_a_free_one_binds_first
         log = tmp_path / "agent.log"
         wait_for(lambda: "reload rejected" in log.read_text(), "the reload to be rejected")
         assert agent.get("/healthz")[0] == 200  # the running server still listens on the old port
-        assert "cannot listen on 127.0.0.1:%d" % busy in log.read_text()
+        assert f"cannot listen on 127.0.0.1:{busy}" in log.read_text()
     agent.config.write_text(agent.config.read_text().replace(f"127.0.0.1:{busy}", f"127.0.0.1:{old}"))
     new = free_port()
     rewrite_listen(agent, new)
