@@ -42,7 +42,7 @@ events_log = logging.getLogger("nvdaemon.events")
 
 ENGINE_FILE = "engine.json"
 DURABLE_WAIT_SECONDS = 1.0
-EventKey = tuple[str, str, str, str]  # tier, condition, severity, phase
+EventKey = tuple[str, str, str, str, str, str, str]  # nodevitals_events_total's labels: see model.Event.count_key
 
 
 class Agent:
@@ -68,7 +68,7 @@ class Agent:
         self.stopping = trio.Event()
         self.http_shutdown = trio.Event()
         self.bound: list[str] = []
-        self.http_socket: socket.socket | None = None  # the running HTTP server's listening socket
+        self.http_sockets: list[socket.socket] = []  # the running HTTP server's listening sockets
         self.supervisor: Supervisor | None = None
         self.reloads = 0
         self.changes = 0  # bumped by anything that changes what /metrics shows besides snapshots and events
@@ -159,7 +159,7 @@ class Agent:
     def emit(self, events: list[Event]) -> None:
         for ev in events:
             self._engine_dirty = True
-            self.event_counts[(ev.tier, ev.condition, ev.severity, ev.phase.value)] += 1
+            self.event_counts[ev.count_key()] += 1
             detail = ev.detail
             events_log.info(
                 "event %s %s severity=%s device=%s value=%s threshold=%s seq=%d id=%s",
@@ -171,7 +171,7 @@ class Agent:
                 detail.get("threshold"),
                 ev.seq,
                 ev.id,
-                extra={"event": msgspec.to_builtins(ev)},
+                extra={"event": ev.wire()},  # the shape receivers get
             )
             self.bus.publish(ev)
 
@@ -251,7 +251,7 @@ class Agent:
         sup = self.supervisor
         assert sup is not None
         try:
-            http_socket = self.bind_for(new)
+            http_sockets = self.bind_for(new)
         except OSError as exc:
             self.reload_failures += 1
             addr = new.config.sinks.metrics.listen_addr
@@ -272,11 +272,11 @@ class Agent:
             running = sup.tasks.get(name)
             if running is None or running.fingerprint != self.tier_fingerprint(tier):
                 await sup.start(name, serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier))
-        await self.restart_http(http_socket)
+        await self.restart_http(http_sockets)
         log.info("config reloaded from %s", new.source)
 
-    def bind_for(self, new: LoadedConfig) -> socket.socket | None:
-        """A listening socket on ``new``'s listenAddr when it differs from the running server's, bound before
+    def bind_for(self, new: LoadedConfig) -> list[socket.socket] | None:
+        """Listening sockets on ``new``'s listenAddr when it differs from the running server's, bound before
         anything of ``new`` is applied: an address that cannot be had rejects the reload and the old server stays
         (OSError). None when the address is unchanged (a restarted server takes over the running one's socket)."""
         from nvdaemon.server import listen
@@ -288,9 +288,9 @@ class Agent:
             return None
         return listen.bind(addr, user_timeout_ms=listen.user_timeout_ms(new.config.server.header_timeout_seconds))
 
-    async def restart_http(self, sock: socket.socket | None) -> None:
+    async def restart_http(self, socks: list[socket.socket] | None) -> None:
         """Restart the HTTP server if its settings changed: the new one is listening (on ``sock``, or on a dup of
-        the running server's socket) before the old one is told to stop, so no connection is refused meanwhile;
+        the running server's sockets) before the old one is told to stop, so no connection is refused meanwhile;
         the old one then finishes its requests within its graceful timeout."""
         from nvdaemon.server.app import serve_http  # the server imports Agent's module for typing only
 
@@ -298,14 +298,14 @@ class Agent:
         assert sup is not None
         http = sup.tasks.get("http")
         if http is None or http.fingerprint == self.server_fingerprint():
-            if sock is not None:
+            for sock in socks or []:
                 sock.close()
             return
-        if sock is None and self.http_socket is not None and self.http_socket.fileno() != -1:
-            sock = self.http_socket.dup()
+        if socks is None and all(sock.fileno() != -1 for sock in self.http_sockets):
+            socks = [sock.dup() for sock in self.http_sockets]
         old_shutdown, self.http_shutdown = self.http_shutdown, trio.Event()
         del sup.tasks["http"]  # kept running until the new one listens: Supervisor.start would cancel it first
-        await sup.start("http", serve_http, self, sock, critical=True, fingerprint=self.server_fingerprint())
+        await sup.start("http", serve_http, self, socks, critical=True, fingerprint=self.server_fingerprint())
         old_shutdown.set()
         await http.done.wait()
 

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from nvdaemon import goconfig
 from nvdaemon.compat.node_exporter.options import node_exporter_issues
 from nvdaemon.configcheck import ConfigIssue, check_against, locate, yaml_index
 from nvdaemon.sinks.nvsentinel_config import normalise_xid_keys, nvsentinel_issues
@@ -159,6 +160,7 @@ class HistoryConfig(_Section):
     interval_minutes: Count = 5
     retention_days: Count = 1825
     metrics: list[str] = msgspec.field(default_factory=list)
+    data_dir: str = ""  # the directory of the history database ("" = stateDir); the Go agent's key
 
 
 class Toggle(_Section):
@@ -201,6 +203,9 @@ class NodeExporterConfig(_Section):
     enabled: bool = False
     collectors: dict[str, bool] = msgspec.field(default_factory=dict)  # node_exporter name -> on/off over default
     textfile_directory: str = ""  # *.prom files merged into /metrics ("" = the textfile collector reads nothing)
+    textfile_dir: str = ""  # the Go agent's name for textfileDirectory (both set: they must agree)
+    rootfs_path: str = ""  # the Go agent's key: sets rootfs; given as "" it turns the filesystem collector off
+    extra_flags: list[str] = msgspec.field(default_factory=list)  # the Go agent's: --[no-]collector.* (goconfig)
     diskstats: NodeDiskstatsOptions = msgspec.field(default_factory=NodeDiskstatsOptions)
     filesystem: NodeFilesystemOptions = msgspec.field(default_factory=NodeFilesystemOptions)
     netdev: NodeNetdevOptions = msgspec.field(default_factory=NodeNetdevOptions)
@@ -251,6 +256,7 @@ class LoadedConfig:
     node: str
     state_dir: Path
     tiers: tuple[str, ...]
+    notes: tuple[str, ...] = ()  # where this file means something the Go agent would do differently (check-config)
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -302,10 +308,13 @@ def _semantic_checks(raw: dict[str, Any]) -> list[ConfigIssue]:
     metrics = _sub(sinks, "metrics", dict)
     listen = metrics.get("listenAddr", DEFAULT_LISTEN)
     if isinstance(listen, str):
-        host, sep, port = listen.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        _, sep, port = listen.rpartition(":")
+        if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
             issues.append(
-                ConfigIssue("sinks.metrics.listenAddr", "expected HOST:PORT with a port in 0-65535 (0: any free port)")
+                ConfigIssue(
+                    "sinks.metrics.listenAddr",
+                    "expected HOST:PORT or :PORT (every interface) with a port in 0-65535 (0: any free port)",
+                )
             )
     rules = _sub(raw, "rules", list)
     seen: dict[tuple[str, str, str], int] = {}
@@ -349,10 +358,13 @@ def parse_config(
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(source, [ConfigIssue("", "expected a mapping of config keys at the top level", 1)])
-    issues: list[ConfigIssue] = []
+    issues, notes = goconfig.before_expansion(raw, env)  # a secret's ${VAR} set but empty
     expanded: set[str] = set()
     raw = _expand(raw, env, "", issues, expanded)
     normalise_xid_keys(raw)  # `xidActions: {79: RESTART_BM}`: YAML reads 79 as an int
+    go_issues, go_notes = goconfig.normalise(raw, env)  # the Go agent's keys and meanings folded into ours
+    issues += go_issues
+    notes += go_notes
     issues += duplicates
     issues += check_against(Config, raw, redact=expanded)
     issues += _semantic_checks(raw)
@@ -367,10 +379,10 @@ def parse_config(
             dev_root=str(host_root / "dev"),
             rootfs=str(host_root),
         )
-    tiers = tuple(dict.fromkeys([*cfg.tiers, *([cfg.tier] if cfg.tier else [])]))
+    tiers = tuple(dict.fromkeys(cfg.tiers))  # goconfig resolved tier/tiers as the Go agent does
     node = cfg.node or env.get("NODE_NAME") or socket.gethostname()
     state_dir = Path(cfg.state_dir) if cfg.state_dir else default_state_dir(env)
-    return LoadedConfig(config=cfg, source=source, node=node, state_dir=state_dir, tiers=tiers)
+    return LoadedConfig(config=cfg, source=source, node=node, state_dir=state_dir, tiers=tiers, notes=tuple(notes))
 
 
 def load_config(path: str | None, env: Mapping[str, str] | None = None, host_root: Path | None = None) -> LoadedConfig:

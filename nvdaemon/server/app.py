@@ -158,14 +158,16 @@ def build_app(agent: Agent) -> QuartTrio:
 
 
 async def serve_http(
-    agent: Agent, sock: socket.socket | None = None, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    agent: Agent,
+    socks: list[socket.socket] | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until ``agent.http_shutdown`` is set (hypercorn's own graceful stop, not a cancellation).
 
-    ``sock``: a listening socket bound by the caller (a reload binds the new address first, or dups the running
-    server's socket, so that the port is never closed in between); this server closes it when it stops. Without
-    one, or when it is already closed (the supervisor restarting this task after a failure), it binds
-    ``sinks.metrics.listenAddr`` itself."""
+    ``socks``: listening sockets bound by the caller (a reload binds the new address first, or dups the running
+    server's sockets, so that the port is never closed in between); this server closes them when it stops. Without
+    them, or when they are already closed (the supervisor restarting this task after a failure), it binds
+    ``sinks.metrics.listenAddr`` itself (``:PORT``: every interface, as in Go)."""
     cfg = agent.loaded.config
     s = cfg.server
     hc = HypercornConfig()
@@ -189,11 +191,12 @@ async def serve_http(
     asgi.install()
     app = asgi.shield_final_send(build_app(agent))
     user_timeout = listen.user_timeout_ms(s.header_timeout_seconds)
-    if sock is None or sock.fileno() == -1:
-        sock = listen.bind(cfg.sinks.metrics.listen_addr, user_timeout_ms=user_timeout)
+    if not socks or any(sock.fileno() == -1 for sock in socks):
+        socks = listen.bind(cfg.sinks.metrics.listen_addr, user_timeout_ms=user_timeout)
     else:
-        listen.set_user_timeout(sock, user_timeout)  # a socket taken over keeps the options it was bound with
-    agent.http_socket = sock
+        for sock in socks:  # sockets taken over keep the options they were bound with
+            listen.set_user_timeout(sock, user_timeout)
+    agent.http_sockets = socks
     limits = listen.Limits(max_connections=s.max_connections, probe_deadline=min(1.0, float(limit)))
 
     def probe(path: str) -> tuple[int, bytes] | None:
@@ -206,8 +209,8 @@ async def serve_http(
     shutdown = agent.http_shutdown
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
-            partial(listen.serve, app, hc, sock, limits=limits, probe=probe, shutdown_trigger=shutdown.wait)
+            partial(listen.serve, app, hc, socks, limits=limits, probe=probe, shutdown_trigger=shutdown.wait)
         )
-        agent.bound = [bound]
-        log.info("listening on %s", bound)
+        agent.bound = list(bound)
+        log.info("listening on %s", ", ".join(bound))
         task_status.started()

@@ -3,8 +3,11 @@
 Why not ``hypercorn.trio.serve``: it binds inside and accepts with ``trio.serve_listeners``, which accepts without
 limit and, out of file descriptors, logs a traceback and retries ten times a second. Here:
 
-- ``bind`` makes the socket, so the agent can bind a new address before closing the old one, and hand the same
-  socket (a dup) from one server to the next when only other server settings change (nothing is refused meanwhile).
+- ``bind`` makes the sockets, so the agent can bind a new address before closing the old one, and hand the same
+  sockets (dups) from one server to the next when only other server settings change (nothing is refused meanwhile).
+  ``HOST:PORT`` and ``[v6]:PORT`` are bound as written. ``:PORT`` is Go's listen syntax for every interface
+  (``bind_list``): one IPv6 socket that also takes IPv4 (dual-stack) where the kernel allows it, else separate
+  ``0.0.0.0`` and ``[::]`` sockets, else ``0.0.0.0`` alone on a host without IPv6.
 - At most ``Limits.max_connections`` connections are served at once (further capped so that ``FD_RESERVE`` file
   descriptors of RLIMIT_NOFILE stay free for collectors, sqlite and subprocesses). Above it a connection goes to the
   probe lane: its request head is read with a short deadline and ``/healthz`` and ``/readyz`` are answered there
@@ -44,10 +47,34 @@ CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 Probe = Callable[[str], "tuple[int, bytes] | None"]  # path -> (status, JSON body), or None: not a probe path
 
 
+def ipv6_only_default() -> bool | None:
+    """The kernel's IPV6_V6ONLY default for new sockets (``net.ipv6.bindv6only``), or None without IPv6."""
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            return bool(s.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY))
+    except OSError:
+        return None
+
+
+def bind_list(listen: str, kernel_v6only: Callable[[], bool | None] = ipv6_only_default) -> list[str]:
+    """The hypercorn binds for ``listen``; ``kernel_v6only`` tells how the kernel makes IPv6 sockets."""
+    host, _, port = listen.rpartition(":")
+    if host:
+        return [listen]
+    v6only = kernel_v6only()
+    if v6only is None:
+        return [f"0.0.0.0:{port}"]
+    if not v6only:
+        return [f"[::]:{port}"]
+    if port == "0":
+        return [f"0.0.0.0:{port}"]  # two sockets would each get their own free port
+    return [f"0.0.0.0:{port}", f"[::]:{port}"]
+
+
 def split_addr(addr: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (every interface) -> (host, port); host "" for every interface."""
+    """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port)."""
     host, sep, port = addr.rpartition(":")
-    if not sep or not port.isascii() or not port.isdigit() or len(port) > 5 or int(port) > 65535:
+    if not sep or not host or not port.isascii() or not port.isdigit() or len(port) > 5 or int(port) > 65535:
         raise ValueError(f"listen address {addr!r}: expected HOST:PORT")
     return host.removeprefix("[").removesuffix("]"), int(port)
 
@@ -61,40 +88,29 @@ def set_user_timeout(sock: socket.socket, ms: int) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, ms)
 
 
-def bind(addr: str, *, user_timeout_ms: int, backlog: int = BACKLOG) -> socket.socket:
-    """A listening, non-blocking TCP socket on ``addr``; OSError (EADDRINUSE, EADDRNOTAVAIL, a name that does not
-    resolve: socket.gaierror) when it cannot be had. ``:PORT`` listens dual-stack where IPv6 exists, else on
-    0.0.0.0. TCP_USER_TIMEOUT, inherited by accepted sockets: a peer that leaves sent data unacknowledged, or keeps
-    its receive window shut, for ``user_timeout_ms`` is aborted by the kernel (hypercorn writes with a shielded
-    ``send_all``; without this a websocket client that stops reading would hold its connection for ever)."""
-    host, port = split_addr(addr)
-    if host == "":
-        try:
-            return _bind(socket.AF_INET6, ("::", port), backlog, user_timeout_ms, dual_stack=True)
-        except OSError as exc:
-            if exc.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
-                raise
-        host = "0.0.0.0"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    return _bind(family, (host, port), backlog, user_timeout_ms)
-
-
-def _bind(
-    family: int, address: tuple[str, int], backlog: int, user_timeout_ms: int, dual_stack: bool = False
-) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def bind(addr: str, *, user_timeout_ms: int, backlog: int = BACKLOG) -> list[socket.socket]:
+    """Listening, non-blocking TCP sockets for ``addr`` (``bind_list``); OSError (EADDRINUSE, EADDRNOTAVAIL, a
+    name that does not resolve: socket.gaierror) when one cannot be had, with none left open. TCP_USER_TIMEOUT,
+    inherited by accepted sockets: a peer that leaves sent data unacknowledged, or keeps its receive window shut,
+    for ``user_timeout_ms`` is aborted by the kernel (hypercorn writes with a shielded ``send_all``; without this a
+    websocket client that stops reading would hold its connection for ever)."""
+    socks: list[socket.socket] = []
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if dual_stack:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        set_user_timeout(sock, user_timeout_ms)
-        sock.bind(address)
-        sock.listen(backlog)
-        sock.setblocking(False)
+        for one in bind_list(addr):
+            host, port = split_addr(one)
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            set_user_timeout(sock, user_timeout_ms)
+            sock.bind((host, port))
+            sock.listen(backlog)
+            sock.setblocking(False)
     except BaseException:
-        sock.close()
+        for sock in socks:
+            sock.close()
         raise
-    return sock
+    return socks
 
 
 def describe(sock: socket.socket) -> str:
@@ -156,22 +172,27 @@ class Gate:
 async def serve(
     app: Any,
     hc: HypercornConfig,
-    sock: socket.socket,
+    socks: list[socket.socket],
     *,
     limits: Limits,
     probe: Probe,
     shutdown_trigger: Callable[[], Awaitable[None]],
-    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` on ``sock`` (which this closes on return) until ``shutdown_trigger`` returns, then stop
-    accepting, close idle keep-alive connections and give the others ``hc.graceful_timeout`` (hypercorn's order)."""
+    """Serve ``app`` on ``socks`` (closed on return; one cap over all of them) until ``shutdown_trigger`` returns,
+    then stop accepting, close idle keep-alive connections and give the others ``hc.graceful_timeout`` (hypercorn's
+    order)."""
     wrapped = wrap_app(app, hc.wsgi_max_body_size, "asgi")
     context = WorkerContext(None)
     state: dict[str, Any] = {}
     lifespan = Lifespan(wrapped, hc, state)
     gate = Gate(cap=connection_cap(limits.max_connections))
     errors = AcceptErrors()
-    listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in socks]
+
+    def stop_listening() -> None:
+        for sock in socks:
+            sock.close()
 
     async def connection(stream: trio.SocketStream) -> None:
         try:
@@ -192,18 +213,19 @@ async def serve(
             async with trio.open_nursery() as connections:
                 try:
                     async with trio.open_nursery() as accepting:
-                        accepting.start_soon(accept_loop, listener, gate, errors, connections, connection, lane)
-                        task_status.started(describe(sock))
+                        for listener in listeners:
+                            accepting.start_soon(accept_loop, listener, gate, errors, connections, connection, lane)
+                        task_status.started([describe(sock) for sock in socks])
                         await shutdown_trigger()
                         accepting.cancel_scope.cancel()
                 finally:
-                    listener.socket.close()  # nothing new is accepted while the open connections finish
+                    stop_listening()  # nothing new is accepted while the open connections finish
                     await context.terminated.set()  # idle keep-alive connections close now, none is recycled
                     connections.cancel_scope.deadline = trio.current_time() + hc.graceful_timeout
             await lifespan.wait_for_shutdown()
             lifespan_nursery.cancel_scope.cancel()
     finally:
-        listener.socket.close()
+        stop_listening()
 
 
 async def accept_loop(

@@ -2,10 +2,19 @@
 
 Hardware samples are exposed as ``nodevitals_hw_<metric>{node,tier,device,<labels sorted>}``. The text is rendered
 once per change (a new snapshot or new events) and served from that cache: a scrape storm costs one render.
+
+Two self metrics carry the Go agent's label sets exactly (nodevitals-contract.md §2):
+``nodevitals_events_total{node,tier,device,condition,severity,phase,xid}`` counts emitted events (``xid`` empty but
+for XIDs); ``nodevitals_delivery_dropped_total{sink}`` counts the events each sink lost, summed over reasons: for a
+webhook, ``sink`` is ``webhook:<scheme>://<host[:port]>`` as Go writes it (path, query and credentials cut) and the
+count is its spool drops and dead letters plus what it lost on the bus; for the stream hub, NVSentinel and history,
+``sink`` is the sink's name and the count what it lost on the bus. The counts start again when a sink is rebuilt
+(a reload that changed it), which Prometheus reads as a counter reset.
 """
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -19,7 +28,7 @@ from nvdaemon.catalogue import help_for
 from nvdaemon.compat.dcgm import render_dcgm
 from nvdaemon.compat.node_exporter.surface import render_node_exporter
 from nvdaemon.compat.smartctl import render_smartctl
-from nvdaemon.model import Kind
+from nvdaemon.model import COUNT_LABELS, Kind
 from nvdaemon.server.smart_metrics import smart_self_metrics
 
 if TYPE_CHECKING:
@@ -82,12 +91,11 @@ class SnapshotCollector(Collector):
         # nodevitals_smart_device_readable{device}: a disk the smart tier could not read is not silent.
         yield from smart_self_metrics(agent.snapshots)
 
-        events = CounterMetricFamily(
-            "nodevitals_events", "Events emitted, by transition.", labels=["tier", "condition", "severity", "phase"]
-        )
-        for (tier, condition, severity, phase), n in sorted(agent.event_counts.items()):
-            events.add_metric([tier, condition, severity, phase], n)
+        events = CounterMetricFamily("nodevitals_events", "Events emitted, by transition.", labels=list(COUNT_LABELS))
+        for event_key, n in sorted(agent.event_counts.items()):
+            events.add_metric(list(event_key), n)
         yield events
+        yield delivery_dropped(agent)
         dropped = CounterMetricFamily(
             "nodevitals_bus_dropped", "Events a subscriber lost because its channel was full.", labels=["subscriber"]
         )
@@ -115,11 +123,46 @@ class SnapshotCollector(Collector):
                 restarts.add_metric([name], task.restarts)
                 up.add_metric([name], 1.0 if task.state == "running" else 0.0)
             yield from (restarts, up)
+        # Several webhook endpoints each report the same families: one family per name, or the exposition is invalid.
+        merged: dict[str, Metric] = {}
         for sink in agent.sinks.values():
-            yield from sink.metrics()
+            for fam in sink.metrics():
+                if (first := merged.setdefault(fam.name, fam)) is not fam:
+                    first.samples.extend(fam.samples)
+        yield from merged.values()
         info = GaugeMetricFamily("nodevitals_build_info", "Version of the agent; always 1.", labels=["version"])
         info.add_metric([__version__], 1.0)
         yield info
+
+
+def go_sink_label(url: str) -> str:
+    """``webhook:<scheme>://<host>`` as the Go agent names an endpoint: Go's ``url.URL.Host``, so the port stays
+    when the URL has one and the host keeps its spelling; userinfo, path, query and fragment are cut."""
+    parts = urllib.parse.urlsplit(url)
+    return f"webhook:{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+def delivery_dropped(agent: Agent) -> CounterMetricFamily:
+    """``nodevitals_delivery_dropped_total{sink}``: one row per sink, zeros included (see the module docstring)."""
+    totals: dict[str, float] = {}
+    for name, sink in agent.sinks.items():
+        label, lost = name, float(agent.bus.drop_totals.get(name, 0))
+        if name.startswith("webhook:"):
+            from nvdaemon.sinks.webhook import WebhookEndpoint  # already loaded: the sink was built from it
+
+            if isinstance(sink, WebhookEndpoint):
+                label = go_sink_label(sink.hook.url)
+                lost += sum(sink.dropped.values())
+        # Two endpoints on one host share a Go label, as they share Go's counter.
+        totals[label] = totals.get(label, 0.0) + lost
+    fam = CounterMetricFamily(
+        "nodevitals_delivery_dropped",
+        "Events a sink dropped: spool overflow, dead letters and bus overflow, summed over reasons.",
+        labels=["sink"],
+    )
+    for label, n in sorted(totals.items()):
+        fam.add_metric([label], n)
+    return fam
 
 
 class MetricsCache:

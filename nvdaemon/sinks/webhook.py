@@ -196,8 +196,9 @@ class WebhookEndpoint(Sink):
         )
         for outcome, n in sorted(self.attempts.items()):
             attempts.add_metric([*s, outcome], n)
+        # Per reason; nodevitals_delivery_dropped_total{sink} (Go's label set) is their sum, in server/metrics.py.
         dropped = CounterMetricFamily(
-            "nodevitals_delivery_dropped",
+            "nodevitals_webhook_dropped",
             "Events given up on: spool overflow (spool_full_events, spool_full_bytes) or dead-lettered (expired, "
             "rejected).",
             labels=["sink", "reason"],

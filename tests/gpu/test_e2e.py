@@ -72,7 +72,8 @@ def test_gpu_samples_xid_event_lost_gpu_and_nvsentinel_condition(setup: tuple[Ag
     assert 'nodevitals_hw_gpu_xid_errors_total{device="gpu3"' in metrics and 'xid="79"} 1.0' in metrics
     assert 'err_code="79",err_msg="GPU has fallen off the bus"} 79' in metrics
     assert (
-        'nodevitals_events_total{condition="gpu_xid_error",phase="ENTER",severity="critical",tier="gpu"} 1.0' in metrics
-    )
+        'nodevitals_events_total{condition="gpu_xid_error",device="gpu3",node="fixture-node",phase="ENTER",'
+        'severity="critical",tier="gpu",xid="79"} 1.0'
+    ) in metrics
     code, took = agent.stop()
     assert code == 0 and took < 5

@@ -224,7 +224,7 @@ async def test_spool_overflow_is_counted_per_reason(tmp_path: Path, autojump_clo
             bus.publish(event(i, severity=sev))
         await until(lambda: sink.dropped.get("spool_full_events") == 2)
         assert sink.backlog == 3
-        assert 'nodevitals_delivery_dropped_total{reason="spool_full_events",sink="webhook:test"} 2.0' in exposition(
+        assert 'nodevitals_webhook_dropped_total{reason="spool_full_events",sink="webhook:test"} 2.0' in exposition(
             sink
         )
     left = [r.event_id for r in SpoolDB(tmp_path / FILE).rows()]
