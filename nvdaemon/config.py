@@ -82,7 +82,7 @@ class ServerConfig(_Section):
     max_request_bytes: Count = 65536
     header_timeout_seconds: Seconds = 10.0
     idle_timeout_seconds: Seconds = 10.0  # a keep-alive connection with no request in progress is closed after it
-    max_connections: Count = 256  # served at once; above it only /healthz and /readyz are answered (503 otherwise)
+    max_connections: Count = 1024  # served at once; above it only /healthz and /readyz are answered (503 otherwise)
     max_websocket_message_bytes: Count = 4096  # inbound; larger closes the websocket with 1009
 
 

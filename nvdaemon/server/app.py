@@ -188,8 +188,6 @@ async def serve_http(
     hc.h11_max_incomplete_size = 16 * 1024
     hc.websocket_max_message_size = s.max_websocket_message_bytes
     hc.include_server_header = False
-    asgi.install()
-    app = asgi.shield_final_send(build_app(agent))
     user_timeout = listen.user_timeout_ms(s.header_timeout_seconds)
     if not socks or any(sock.fileno() == -1 for sock in socks):
         socks = listen.bind(cfg.sinks.metrics.listen_addr, user_timeout_ms=user_timeout)
@@ -205,6 +203,9 @@ async def serve_http(
             return None
         body, status = answer(agent)
         return status, msgspec.json.encode(body)
+
+    asgi.install()
+    app = asgi.front(build_app(agent), probe)
 
     shutdown = agent.http_shutdown
     async with trio.open_nursery() as nursery:

@@ -1,7 +1,15 @@
-"""Two corrections to how hypercorn (0.17-0.18, trio worker) and quart-trio behave together, at the smallest depth
-that fixes each.
+"""What sits between hypercorn (0.17-0.18, trio worker) and the quart-trio app: the probes' fast path, a bound on
+requests worked on at once, and two corrections to how hypercorn and quart-trio behave together.
 
-**The idle timer and ``Connection: close``** (``shield_final_send``). Hypercorn does its per-connection bookkeeping
+**Probes first** (``front``). Under load every request waits, at each of its task switches (accept, the connection
+task, its read, the app task, quart's two tasks per request), for one pass of trio's scheduler over every other
+runnable task; with 500 keep-alive clients hammering /metrics a pass was several hundred ms and /healthz took 4 s.
+So ``/healthz`` and ``/readyz`` are answered in the app task, before quart (fewer switches), and every other HTTP
+request first takes one of ``WORK_SLOTS`` slots until its response starts: the rest wait parked (no cost to a
+pass), a pass stays short, and a probe gets through within a few short passes. The slot is released when the
+response starts, so a client that reads slowly cannot hold one (its send is bounded by TCP_USER_TIMEOUT).
+
+**The idle timer and ``Connection: close``** (the final send is shielded). Hypercorn does its per-connection bookkeeping
 inside the application's last ``send`` (the ``http.response.body`` with ``more_body`` false), in the app's task:
 ``HTTPStream._send_closed`` -> ``H11Protocol._maybe_recycle``, which first hands the app ``http.disconnect``, then
 either starts the next keep-alive cycle and restarts the idle timer (``TCPServer.idle_task.restart``, which is what
@@ -24,6 +32,7 @@ compressed frame into megabytes before any size check, and the stream's small JS
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import hypercorn.protocol.h2
@@ -35,22 +44,49 @@ from hypercorn.protocol.ws_stream import WSStream
 ASGIApp = Any  # an ASGI 3 callable: (scope, receive, send) -> None
 
 
-def shield_final_send(app: ASGIApp) -> ASGIApp:
-    """``app`` with the last ``send`` of every HTTP response shielded from the request's own cancellation."""
+WORK_SLOTS = 16  # HTTP requests (other than the probes) between arrival and the start of their response
+Probe = Callable[[str], "tuple[int, bytes] | None"]  # path -> (status, JSON body); None: not a probe path
+
+
+def front(app: ASGIApp, probe: Probe) -> ASGIApp:
+    """``app`` behind the probes' fast path and the work slots, with the last ``send`` of every HTTP response
+    shielded from the request's own cancellation."""
+    slots = trio.Semaphore(WORK_SLOTS)
 
     async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
+        if scope["method"] in ("GET", "HEAD") and (answer := probe(scope["path"])) is not None:
+            status, body = answer
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            with trio.CancelScope(shield=True):
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        holding = False
 
-        async def send_final_shielded(message: dict[str, Any]) -> None:
+        def release() -> None:
+            nonlocal holding
+            if holding:
+                holding = False
+                slots.release()
+
+        async def send_guarded(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                release()
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 with trio.CancelScope(shield=True):
                     await send(message)
             else:
                 await send(message)
 
-        await app(scope, receive, send_final_shielded)
+        await slots.acquire()
+        holding = True
+        try:
+            await app(scope, receive, send_guarded)
+        finally:
+            release()
 
     return wrapped
 

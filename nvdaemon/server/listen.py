@@ -25,7 +25,7 @@ import resource
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 from hypercorn.config import Config as HypercornConfig
@@ -35,16 +35,18 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
+from nvdaemon.server.asgi import Probe
+
 log = logging.getLogger(__name__)
 
 FD_RESERVE = 64  # descriptors of RLIMIT_NOFILE never given to connections
-PROBE_LANE = 16  # connections above the cap that are still read, for /healthz and /readyz
+PROBE_LANE = 32  # connections above the cap that are still read, for /healthz and /readyz
 PROBE_HEAD_BYTES = 8192  # a probe's request head larger than this is refused
 ACCEPT_RETRY_SECONDS = 0.1
 BACKLOG = 1024  # pending connections the kernel queues (capped by net.core.somaxconn)
+ACCEPT_BATCH = 256  # connections taken from the kernel's queue per scheduler pass, at most
 CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
-
-Probe = Callable[[str], "tuple[int, bytes] | None"]  # path -> (status, JSON body), or None: not a probe path
+IGNORED_ACCEPT_ERRNOS = {errno.ECONNABORTED, errno.EPROTO, errno.EPERM}  # the peer gave up first (as trio ignores)
 
 
 def ipv6_only_default() -> bool | None:
@@ -188,7 +190,7 @@ async def serve(
     lifespan = Lifespan(wrapped, hc, state)
     gate = Gate(cap=connection_cap(limits.max_connections))
     errors = AcceptErrors()
-    listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in socks]
+    listeners = [BatchListener(sock) for sock in socks]
 
     def stop_listening() -> None:
         for sock in socks:
@@ -228,8 +230,39 @@ async def serve(
         stop_listening()
 
 
+class BatchListener:
+    """Accepts every pending connection at once. trio's ``SocketListener`` takes one per scheduler pass, and under
+    load a pass is long: a kubelet probe waited in the kernel's queue behind hundreds of reconnecting clients."""
+
+    def __init__(self, sock: socket.socket, batch: int = ACCEPT_BATCH) -> None:
+        self.sock = sock
+        self.batch = batch
+
+    async def accept(self) -> list[trio.SocketStream]:
+        """At least one new connection (a checkpoint per call, not per connection); OSError when the first accept
+        fails (EMFILE and the like); a later failure ends the batch and comes back on the next call."""
+        while True:
+            await trio.lowlevel.wait_readable(self.sock)
+            got: list[trio.SocketStream] = []
+            try:
+                while len(got) < self.batch:
+                    conn, _ = self.sock.accept()
+                    got.append(trio.SocketStream(trio.socket.from_stdlib_socket(conn)))
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                if exc.errno not in IGNORED_ACCEPT_ERRNOS and not got:
+                    raise
+            if got:
+                return got
+
+
+class Accepts(Protocol):
+    async def accept(self) -> list[trio.SocketStream]: ...
+
+
 async def accept_loop(
-    listener: trio.abc.Listener[trio.SocketStream],
+    listener: Accepts,
     gate: Gate,
     errors: AcceptErrors,
     nursery: trio.Nursery,
@@ -240,7 +273,7 @@ async def accept_loop(
     and otherwise it is closed at once. Out of descriptors (or kernel memory) the loop waits and retries."""
     while True:
         try:
-            stream = await listener.accept()
+            streams = await listener.accept()
         except OSError as exc:
             if exc.errno not in CAPACITY_ERRNOS:
                 raise
@@ -248,15 +281,16 @@ async def accept_loop(
             await trio.sleep(ACCEPT_RETRY_SECONDS)
             continue
         errors.succeeded()
-        if gate.open < gate.cap:
-            gate.open += 1
-            nursery.start_soon(serve_one, stream)
-        elif gate.lane < PROBE_LANE:
-            gate.lane += 1
-            nursery.start_soon(serve_lane, stream)
-        else:
-            gate.refused += 1
-            stream.socket.close()
+        for stream in streams:
+            if gate.open < gate.cap:
+                gate.open += 1
+                nursery.start_soon(serve_one, stream)
+            elif gate.lane < PROBE_LANE:
+                gate.lane += 1
+                nursery.start_soon(serve_lane, stream)
+            else:
+                gate.refused += 1
+                stream.socket.close()
 
 
 async def _answer_probe(stream: trio.SocketStream, probe: Probe, deadline: float) -> None:

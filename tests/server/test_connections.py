@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from quart_trio import QuartTrio
 
+from nvdaemon.app import Agent
+from nvdaemon.server import app as server_app
+from nvdaemon.server.asgi import WORK_SLOTS
 from nvdaemon.server.listen import PROBE_LANE, AcceptErrors, Gate, accept_loop
 from tests.server.raw import Conn, make_agent, serving
 
@@ -82,22 +86,19 @@ async def test_connection_cap_answers_probes_and_refuses_the_rest(tmp_path: Path
             await c.aclose()
 
 
-class FlakyListener(trio.abc.Listener[trio.SocketStream]):
+class FlakyListener:
     """accept() fails with EMFILE ``failures`` times, then blocks for ever."""
 
     def __init__(self, failures: int) -> None:
         self.failures = failures
         self.calls = 0
 
-    async def accept(self) -> trio.SocketStream:
+    async def accept(self) -> list[trio.SocketStream]:
         self.calls += 1
         if self.calls <= self.failures:
             raise OSError(24, "Too many open files")
         await trio.sleep_forever()
         raise AssertionError
-
-    async def aclose(self) -> None:
-        pass
 
 
 async def test_accept_out_of_descriptors_is_logged_once_per_burst(
@@ -119,3 +120,42 @@ async def test_accept_out_of_descriptors_is_logged_once_per_burst(
     failures = [r for r in caplog.records if "accept failed" in r.getMessage()]
     assert len(failures) == 1 and "Too many open files" in failures[0].getMessage()
     assert PROBE_LANE > 0
+
+
+async def test_probes_answer_while_every_work_slot_is_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests other than the probes take one of WORK_SLOTS until their response starts (so a pass of the
+    scheduler stays short under load); the probes never wait for one."""
+    release = trio.Event()
+    real_build_app = server_app.build_app
+
+    def build_app_with_a_stuck_route(agent: Agent) -> QuartTrio:
+        app = real_build_app(agent)
+
+        @app.get("/v1/stuck")
+        async def stuck() -> str:
+            await release.wait()
+            return "done"
+
+        return app
+
+    monkeypatch.setattr(server_app, "build_app", build_app_with_a_stuck_route)
+    agent = make_agent(tmp_path, "{headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
+    async with serving(agent) as (host, port):
+        stuck = [await Conn.open(host, port) for _ in range(WORK_SLOTS)]
+        for conn in stuck:
+            await conn.send(b"GET /v1/stuck HTTP/1.1\r\nHost: x\r\n\r\n")
+        waiting = await Conn.open(host, port)
+        await waiting.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        with trio.fail_after(DEADLINE):
+            for path in ("/healthz", "/readyz"):
+                probe = await Conn.open(host, port)
+                status, _, body = await probe.get(path)
+                assert status in (200, 503) and "status" in json.loads(body)
+        with trio.move_on_after(0.5):
+            await waiting.response()
+            raise AssertionError("/metrics was answered while every work slot was held")
+        release.set()
+        with trio.fail_after(DEADLINE):
+            assert (await waiting.response())[0] == 200
+            for conn in stuck:
+                assert (await conn.response())[2] == b"done"
