@@ -1,8 +1,12 @@
 """The HTTP surface on one port: /metrics, /healthz, /readyz, /v1/state (hypercorn's trio worker + quart-trio).
 
 ``/metrics``, ``/healthz`` and ``/readyz`` are always open (kubelet and Prometheus must reach them); ``/v1/*`` is
-guarded by a bearer token when ``server.apiTokenFile`` is set, compared in constant time. Every error is JSON.
-Request bodies and header reading are bounded so a misbehaving client cannot hold memory or a connection.
+guarded by a bearer token when ``server.apiTokenFile`` is set, compared in constant time; that file (at most 4 KiB)
+is stat'ed on every guarded request and re-read when it changes, or at least every second (``ApiToken``). Every
+error is JSON. Request bodies (maxRequestBytes), request heads (headerTimeoutSeconds, 16 KiB), idle keep-alive
+connections (idleTimeoutSeconds), open connections (maxConnections) and inbound websocket messages
+(maxWebsocketMessageBytes) are bounded so a misbehaving client cannot hold memory, descriptors or a connection;
+``nvdaemon/server/accept.py`` and ``nvdaemon/server/asgi.py`` say how.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from quart import Response, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from nvdaemon.server import asgi, history_routes, listen, stream_routes
+from nvdaemon.server import accept, asgi, history_routes, listen, stream_routes
 from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
 from nvdaemon.server.responses import json_response
 from nvdaemon.server.state import state_document
@@ -188,14 +192,7 @@ async def serve_http(
     hc.h11_max_incomplete_size = 16 * 1024
     hc.websocket_max_message_size = s.max_websocket_message_bytes
     hc.include_server_header = False
-    user_timeout = listen.user_timeout_ms(s.header_timeout_seconds)
-    if not socks or any(sock.fileno() == -1 for sock in socks):
-        socks = listen.bind(cfg.sinks.metrics.listen_addr, user_timeout_ms=user_timeout)
-    else:
-        for sock in socks:  # sockets taken over keep the options they were bound with
-            listen.set_user_timeout(sock, user_timeout)
-    agent.http_sockets = socks
-    limits = listen.Limits(max_connections=s.max_connections, probe_deadline=min(1.0, float(limit)))
+    limits = accept.Limits(max_connections=s.max_connections, probe_deadline=min(1.0, float(limit)))
 
     def probe(path: str) -> tuple[int, bytes] | None:
         answer = PROBES.get(path)
@@ -206,11 +203,19 @@ async def serve_http(
 
     asgi.install()
     app = asgi.front(build_app(agent), probe)
-
+    user_timeout = listen.user_timeout_ms(s.header_timeout_seconds)
+    if not socks or any(sock.fileno() == -1 for sock in socks):
+        for sock in socks or []:
+            sock.close()
+        socks = listen.bind(cfg.sinks.metrics.listen_addr, user_timeout_ms=user_timeout)
+    else:
+        for sock in socks:  # sockets taken over keep the options they were bound with
+            listen.set_user_timeout(sock, user_timeout)
+    agent.http_sockets = socks
     shutdown = agent.http_shutdown
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
-            partial(listen.serve, app, hc, socks, limits=limits, probe=probe, shutdown_trigger=shutdown.wait)
+            partial(accept.serve, app, hc, socks, limits=limits, probe=probe, shutdown_trigger=shutdown.wait)
         )
         agent.bound = list(bound)
         log.info("listening on %s", ", ".join(bound))

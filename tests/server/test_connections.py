@@ -15,8 +15,8 @@ from quart_trio import QuartTrio
 
 from nvdaemon.app import Agent
 from nvdaemon.server import app as server_app
+from nvdaemon.server.accept import PROBE_LANE, AcceptErrors, Gate, accept_loop
 from nvdaemon.server.asgi import WORK_SLOTS
-from nvdaemon.server.listen import PROBE_LANE, AcceptErrors, Gate, accept_loop
 from tests.server.raw import Conn, make_agent, serving
 
 DEADLINE = 15  # seconds before a test gives up on an expected close; never a measured duration
@@ -110,7 +110,7 @@ async def test_accept_out_of_descriptors_is_logged_once_per_burst(
     async def never(stream: trio.SocketStream) -> None:
         raise AssertionError("nothing was accepted")
 
-    with caplog.at_level(logging.WARNING, logger="nvdaemon.server.listen"):
+    with caplog.at_level(logging.WARNING, logger="nvdaemon.server.accept"):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(accept_loop, listener, Gate(cap=1), errors, nursery, never, never)
             await trio.sleep(60)
