@@ -10,6 +10,7 @@ trigger, and the process exits 0 within ``shutdownGraceSeconds``. A second signa
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import signal
 import socket
@@ -34,7 +35,7 @@ from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Event, new_event_id
 from nvdaemon.sinks import Sink, build_sinks
 from nvdaemon.statefile import atomic_write, quarantine
-from nvdaemon.supervise import Supervisor
+from nvdaemon.supervise import Supervisor, TaskState
 from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ events_log = logging.getLogger("nvdaemon.events")
 
 ENGINE_FILE = "engine.json"
 DURABLE_WAIT_SECONDS = 1.0
+HTTP_STOP_SECONDS = 10.0  # a replaced HTTP server's graceful stop (hypercorn's own is at most 5 s), then cancelled
 EventKey = tuple[str, str, str, str, str, str, str]  # nodevitals_events_total's labels: see model.Event.count_key
 
 
@@ -276,22 +278,31 @@ class Agent:
         log.info("config reloaded from %s", new.source)
 
     def bind_for(self, new: LoadedConfig) -> list[socket.socket] | None:
-        """Listening sockets on ``new``'s listenAddr when it differs from the running server's, bound before
-        anything of ``new`` is applied: an address that cannot be had rejects the reload and the old server stays
-        (OSError). None when the address is unchanged (a restarted server takes over the running one's socket)."""
+        """Sockets bound (not yet listening) to ``new``'s listenAddr when it differs from the running server's,
+        before anything of ``new`` is applied: an address that cannot be had rejects the reload and the old server
+        stays (OSError). None when the address is unchanged (a restarted server takes over the running one's
+        sockets), or when the new address overlaps the running one's port (``127.0.0.1:P`` -> ``:P``): the kernel
+        refuses that bind while the old listener exists, so that server is stopped first (``restart_http``).
+        Sockets that are never handed to a server are closed when dropped (a reload rejected later)."""
         from nvdaemon.server import listen
 
+        old = self.loaded.config.sinks.metrics.listen_addr
         addr = new.config.sinks.metrics.listen_addr
-        if self.supervisor is None or "http" not in self.supervisor.tasks:
+        if self.supervisor is None or "http" not in self.supervisor.tasks or addr == old:
             return None
-        if addr == self.loaded.config.sinks.metrics.listen_addr:
-            return None
-        return listen.bind(addr, user_timeout_ms=listen.user_timeout_ms(new.config.server.header_timeout_seconds))
+        timeout_ms = listen.user_timeout_ms(new.config.server.header_timeout_seconds)
+        try:
+            return listen.bind(addr, user_timeout_ms=timeout_ms, backlog=None)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE and listen.overlaps(old, addr):
+                return None
+            raise
 
     async def restart_http(self, socks: list[socket.socket] | None) -> None:
-        """Restart the HTTP server if its settings changed: the new one is listening (on ``sock``, or on a dup of
-        the running server's sockets) before the old one is told to stop, so no connection is refused meanwhile;
-        the old one then finishes its requests within its graceful timeout."""
+        """Restart the HTTP server if its settings changed: the new one is listening (on ``socks``, or on dups of
+        the running server's sockets when the address is unchanged) before the old one is told to stop, so no
+        connection is refused meanwhile; the old one then finishes its requests within its graceful timeout.
+        Only a new address overlapping the old port makes the old server stop first (``bind_for``)."""
         from nvdaemon.server.app import serve_http  # the server imports Agent's module for typing only
 
         sup = self.supervisor
@@ -301,12 +312,26 @@ class Agent:
             for sock in socks or []:
                 sock.close()
             return
-        if socks is None and all(sock.fileno() != -1 for sock in self.http_sockets):
+        running_addr = http.fingerprint[0] if isinstance(http.fingerprint, tuple) else None
+        same_addr = running_addr == self.loaded.config.sinks.metrics.listen_addr
+        if socks is None and same_addr and all(sock.fileno() != -1 for sock in self.http_sockets):
             socks = [sock.dup() for sock in self.http_sockets]
         old_shutdown, self.http_shutdown = self.http_shutdown, trio.Event()
+        if socks is None:  # the new address needs the old listener gone first
+            await self._stop_http(http, old_shutdown)
         del sup.tasks["http"]  # kept running until the new one listens: Supervisor.start would cancel it first
         await sup.start("http", serve_http, self, socks, critical=True, fingerprint=self.server_fingerprint())
-        old_shutdown.set()
+        await self._stop_http(http, old_shutdown)
+
+    @staticmethod
+    async def _stop_http(http: TaskState, shutdown: trio.Event) -> None:
+        """A running server stops gracefully (its shutdown trigger); one in backoff, or one that overruns its
+        graceful timeout, is cancelled."""
+        if http.state == "running":
+            shutdown.set()
+            with trio.move_on_after(HTTP_STOP_SECONDS):
+                await http.done.wait()
+        http.scope.cancel()
         await http.done.wait()
 
     async def watch_signals(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -209,8 +209,9 @@ async def serve_http(
             sock.close()
         socks = listen.bind(cfg.sinks.metrics.listen_addr, user_timeout_ms=user_timeout)
     else:
-        for sock in socks:  # sockets taken over keep the options they were bound with
+        for sock in socks:  # sockets taken over keep the options they were bound with; a reserved one listens now
             listen.set_user_timeout(sock, user_timeout)
+            sock.listen(listen.BACKLOG)
     agent.http_sockets = socks
     shutdown = agent.http_shutdown
     async with trio.open_nursery() as nursery:

@@ -59,8 +59,10 @@ def set_user_timeout(sock: socket.socket, ms: int) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, ms)
 
 
-def bind(addr: str, *, user_timeout_ms: int, backlog: int = BACKLOG) -> list[socket.socket]:
-    """Listening, non-blocking TCP sockets for ``addr`` (``bind_list``); OSError (EADDRINUSE, EADDRNOTAVAIL, a
+def bind(addr: str, *, user_timeout_ms: int, backlog: int | None = BACKLOG) -> list[socket.socket]:
+    """Non-blocking TCP sockets bound to ``addr`` (``bind_list``), listening unless ``backlog`` is None (a reload
+    reserves its new address before it applies anything, and listens only when the new server starts: until then
+    a client is refused rather than left in a queue nobody reads); OSError (EADDRINUSE, EADDRNOTAVAIL, a
     name that does not resolve: socket.gaierror) when one cannot be had, with none left open. TCP_USER_TIMEOUT,
     inherited by accepted sockets: a peer that leaves sent data unacknowledged, or keeps its receive window shut,
     for ``user_timeout_ms`` is aborted by the kernel (hypercorn writes with a shielded ``send_all``; without this a
@@ -75,13 +77,22 @@ def bind(addr: str, *, user_timeout_ms: int, backlog: int = BACKLOG) -> list[soc
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             set_user_timeout(sock, user_timeout_ms)
             sock.bind((host, port))
-            sock.listen(backlog)
+            if backlog is not None:
+                sock.listen(backlog)
             sock.setblocking(False)
     except BaseException:
         for sock in socks:
             sock.close()
         raise
     return socks
+
+
+def overlaps(a: str, b: str) -> bool:
+    """Whether listeners on ``a`` and ``b`` would hold the same port on a common address (one of them on every
+    interface): binding one while the other listens fails with EADDRINUSE even with SO_REUSEADDR."""
+    (host_a, _, port_a), (host_b, _, port_b) = a.rpartition(":"), b.rpartition(":")
+    wildcard = {"", "0.0.0.0", "[::]", "::"}
+    return port_a == port_b != "0" and (host_a in wildcard or host_b in wildcard or host_a == host_b)
 
 
 def describe(sock: socket.socket) -> str:

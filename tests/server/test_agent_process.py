@@ -90,6 +90,7 @@ def test_reload_to_an_address_in_use_keeps_the_server_and_a_free_one_binds_first
 ) -> None:
     agent.start()
     assert agent.proc is not None
+    log = tmp_path / "agent.log"
     old = agent.port
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -97,7 +98,6 @@ def test_reload_to_an_address_in_use_keeps_the_server_and_a_free_one_binds_first
         busy = taken.getsockname()[1]
         rewrite_listen(agent, busy)
         agent.proc.send_signal(signal.SIGHUP)
-        log = tmp_path / "agent.log"
         wait_for(lambda: "reload rejected" in log.read_text(), "the reload to be rejected")
         assert agent.get("/healthz")[0] == 200  # the running server still listens on the old port
         assert f"cannot listen on 127.0.0.1:{busy}" in log.read_text()
@@ -116,4 +116,11 @@ def test_reload_to_an_address_in_use_keeps_the_server_and_a_free_one_binds_first
         return False
 
     wait_for(old_port_closed, "the old port to be closed")
+    # Another server setting, same address: the new server takes over the listening socket.
+    listening = log.read_text().count("listening on")
+    agent.config.write_text(agent.config.read_text() + "server: {maxRequestBytes: 2048}\n")
+    agent.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: log.read_text().count("listening on") > listening, "the server restarted")
+    wait_for(lambda: log.read_text().count("config reloaded") >= 2, "the reload done")
+    assert agent.get("/healthz")[0] == 200
     assert agent.proc.poll() is None
