@@ -147,8 +147,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
             "rules": [
                 {
                     "metric": "temp_celsius",
-                    "device": "coretemp",
-                    "labels": {"sensor": "Package id 0"},
+                    "device": "hwmon*/coretemp/temp1",
                     "condition": CONDITION,
                     "severity": "critical",
                     "threshold": 95,

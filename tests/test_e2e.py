@@ -39,10 +39,12 @@ sinks:
   metrics: {{listenAddr: "127.0.0.1:{port}"}}
 rules:
   - {{metric: load1, device: cpu, condition: load_high, threshold: 16, enterFor: 2, exitFor: 2}}
-  - {{metric: temp_celsius, device: coretemp, labels: {{sensor: Package id 0}}, condition: cpu_package_hot,
+  - {{metric: temp_celsius, device: hwmon0/coretemp/temp1, condition: cpu_package_hot,
      severity: critical, threshold: 95, op: ">="}}
-  - {{metric: psi_avg10_pct, device: memory, labels: {{kind: some}}, condition: memory_pressure, threshold: 20}}
-  - {{metric: pcie_aer_fatal_total, condition: pcie_aer_fatal, severity: critical, threshold: 0}}
+  - {{metric: psi_stall_ratio_avg10, device: memory, labels: {{share: some}}, condition: memory_pressure,
+     threshold: 20}}
+  - {{metric: pcie_aer_fatal_total, labels: {{error_type: TOTAL_ERR_FATAL}}, condition: pcie_aer_fatal,
+     severity: critical, threshold: 0}}
 """
 
 

@@ -28,7 +28,7 @@ def make_agent(tmp_path: Path, extra: str = "") -> Agent:
 def add_snapshot(agent: Agent, value: float = 3.5) -> None:
     samples = [
         Sample("load1", "cpu", value, timestamp=1.0),
-        Sample("psi_stall_seconds_total", "io", 12.5, Kind.COUNTER, make_labels({"kind": "some"}), timestamp=1.0),
+        Sample("psi_stall_seconds_total", "io", 12.5, Kind.COUNTER, make_labels({"share": "some"}), timestamp=1.0),
     ]
     status = CollectorStatus("loadavg", success=True, samples=2)
     agent.on_snapshot(TierSnapshot("core", samples, {"loadavg": status}, collected_at=1.0, duration=0.01))
@@ -43,7 +43,7 @@ async def test_metrics_exposition_and_cache(tmp_path: Path) -> None:
     assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
     text = await resp.get_data(as_text=True)
     assert 'nodevitals_hw_load1{device="cpu",node="n1",tier="core"} 3.5' in text
-    assert 'nodevitals_hw_psi_stall_seconds_total{device="io",kind="some",node="n1",tier="core"} 12.5' in text
+    assert 'nodevitals_hw_psi_stall_seconds_total{device="io",node="n1",share="some",tier="core"} 12.5' in text
     assert "# TYPE nodevitals_hw_psi_stall_seconds_total counter" in text
     assert 'nodevitals_collector_success{collector="loadavg"} 1.0' in text
     assert "process_resident_memory_bytes" in text
@@ -53,6 +53,23 @@ async def test_metrics_exposition_and_cache(tmp_path: Path) -> None:
     add_snapshot(agent, value=7.25)
     fresh = await (await client.get("/metrics")).get_data(as_text=True)
     assert 'nodevitals_hw_load1{device="cpu",node="n1",tier="core"} 7.25' in fresh
+
+
+async def test_no_total_suffix_is_ever_appended(tmp_path: Path) -> None:
+    """A counter sample named without ``_total`` is exposed under its own name, as a gauge (prometheus_client would
+    otherwise append ``_total``: the Go agent's smart_power_on_hours must not become smart_power_on_hours_total)."""
+    agent = make_agent(tmp_path)
+    samples = [
+        Sample("smart_power_on_hours", "sda", 12345.0, Kind.COUNTER, tier="smart", timestamp=1.0),
+        Sample("nvme_bytes_read_total", "nvme0n1", 5.0, Kind.GAUGE, tier="smart", timestamp=1.0),
+    ]
+    agent.on_snapshot(TierSnapshot("smart", samples, {}, collected_at=1.0, duration=0.01))
+    text = await (await build_app(agent).test_client().get("/metrics")).get_data(as_text=True)
+    assert "# TYPE nodevitals_hw_smart_power_on_hours gauge" in text
+    assert 'nodevitals_hw_smart_power_on_hours{device="sda",node="n1",tier="smart"} 12345.0' in text
+    assert "smart_power_on_hours_total" not in text
+    assert "# TYPE nodevitals_hw_nvme_bytes_read_total gauge" in text
+    assert 'nodevitals_hw_nvme_bytes_read_total{device="nvme0n1",node="n1",tier="smart"} 5.0' in text
 
 
 async def test_state_document(tmp_path: Path) -> None:

@@ -4,6 +4,11 @@
 is noted, not fatal. *interpret* (event loop): samples per GPU (device ``gpu<index>``, labels ``gpu_uuid``,
 ``gpu_model``, ``pci_bus_id``), ``gpu_lost`` transitions published through the runtime, and the XID counts.
 ``gpu_samples`` and ``decode_throttle`` are pure.
+
+Names, kinds and labels are the Go agent's 21 per GPU plus ``gpu_throttle_active{reason}`` (ECC counts aggregate,
+energy mJ / 1000). Two deliberate differences: a reading NVML does not support has no sample (Go reports 0, which
+would read as a real 0 °C or 0 W), and ``gpu_throttle_active`` is 0 for a non-benign reason that is not set (Go
+emits only the set ones) so that a rule on it sees the reason clear and EXITs instead of going stale.
 """
 
 from __future__ import annotations

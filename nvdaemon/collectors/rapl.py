@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_attr
 from nvdaemon.model import Kind, Sample, make_labels
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class RaplCollector(Collector):
     name = "rapl"
     tier = "core"
 
-    def __init__(self, read: Reader = read_text) -> None:
+    def __init__(self, read: Reader = read_attr) -> None:
         self._read = read  # injectable: tests run as root, where a mode-000 file is still readable
         self.permission_denied = False  # energy_uj was unreadable for lack of privilege on the last gather
         self._denial_logged = False

@@ -19,9 +19,11 @@ from dataclasses import dataclass
 
 from nvdaemon.model import Labels, Sample
 
+# The Go agent's five GPU metrics (its default), then ours.
 DEFAULT_METRICS = (
     "gpu_utilization_pct",
     "gpu_mem_used_bytes",
+    "gpu_mem_total_bytes",
     "gpu_temperature_celsius",
     "gpu_power_watts",
     "smart_reallocated_sectors",

@@ -38,6 +38,15 @@ PREFIX = "nodevitals_hw_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
+def exposed_as_counter(metric: str, kind: Kind) -> bool:
+    """TYPE counter only for a counter sample whose name already ends in ``_total``.
+
+    prometheus_client appends ``_total`` to a counter family's samples, which would rename a series (the Go agent
+    never does: its smart tier's ``smart_power_on_hours`` is a gauge); any other sample is exposed as a gauge.
+    """
+    return kind is Kind.COUNTER and metric.endswith("_total")
+
+
 class SnapshotCollector(Collector):
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
@@ -54,7 +63,7 @@ class SnapshotCollector(Collector):
                 fam = families.get(s.metric)
                 if fam is None:
                     name = PREFIX + s.metric
-                    fam_cls = CounterMetricFamily if s.kind is Kind.COUNTER else GaugeMetricFamily
+                    fam_cls = CounterMetricFamily if exposed_as_counter(s.metric, s.kind) else GaugeMetricFamily
                     fam = fam_cls(
                         name, help_for(s.metric), labels=["node", "tier", "device", *(k for k, _ in s.labels)]
                     )
@@ -123,6 +132,18 @@ class SnapshotCollector(Collector):
                 restarts.add_metric([name], task.restarts)
                 up.add_metric([name], 1.0 if task.state == "running" else 0.0)
             yield from (restarts, up)
+        reloads = CounterMetricFamily(
+            "nodevitals_config_reloads",
+            "Config reloads (SIGHUP) by result: ok, or rejected (the running config kept).",
+            labels=["result"],
+        )
+        reloads.add_metric(["ok"], agent.reloads)
+        reloads.add_metric(["rejected"], agent.reload_failures)
+        last_ok = GaugeMetricFamily(
+            "nodevitals_config_last_reload_successful", "0 if the last reload was rejected, else 1."
+        )
+        last_ok.add_metric([], 1.0 if agent.last_reload_ok else 0.0)
+        yield from (reloads, last_ok)
         # Several webhook endpoints each report the same families: one family per name, or the exposition is invalid.
         merged: dict[str, Metric] = {}
         for sink in agent.sinks.values():

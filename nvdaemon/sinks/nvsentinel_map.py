@@ -215,9 +215,11 @@ def component_class(tier: str, metric: str, device: str) -> str:
             return "CPU"
         return "Memory" if device.startswith("dram") else "Node"
     if metric.startswith(_HWMON):
-        if device.startswith(_CPU_CHIPS):
+        parts = device.split("/")
+        chip = parts[1] if len(parts) == 3 else device  # hwmon devices are hwmonN/<name file>/<sensor>
+        if chip.startswith(_CPU_CHIPS):
             return "CPU"
-        return "Disk" if device.startswith("nvme") else "Node"
+        return "Disk" if chip.startswith("nvme") else "Node"
     return "Node"
 
 

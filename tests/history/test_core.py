@@ -41,6 +41,15 @@ def points(w: Windows, now: float) -> list[tuple[str, int, float, float, float, 
 def test_default_allowlist_applies_only_when_metrics_is_empty() -> None:
     assert allowlist([]) == frozenset(DEFAULT_METRICS)
     assert "gpu_power_watts" in allowlist([]) and "temp_celsius" in allowlist([])
+    # The Go agent's default, all five: a client of its /v1/history finds them without configuring anything.
+    go = {
+        "gpu_utilization_pct",
+        "gpu_mem_used_bytes",
+        "gpu_mem_total_bytes",
+        "gpu_temperature_celsius",
+        "gpu_power_watts",
+    }
+    assert go <= allowlist([])
     assert allowlist(["load1"]) == {"load1"}
 
 
@@ -69,14 +78,14 @@ def test_a_stall_writes_what_it_has_and_invents_nothing() -> None:
 
 
 def test_series_are_kept_apart_by_device_and_labels_and_non_finite_values_skipped() -> None:
-    w = Windows(60, ["temp_celsius"])
-    a = Sample("temp_celsius", "coretemp", 50.0, labels=(("sensor", "Core 0"),), timestamp=T0)
-    b = Sample("temp_celsius", "coretemp", 70.0, labels=(("sensor", "Core 1"),), timestamp=T0)
-    nan = Sample("temp_celsius", "coretemp", math.nan, labels=(("sensor", "Core 0"),), timestamp=T0)
-    w.ingest([a, b, nan, Sample("temp_celsius", "coretemp", math.inf, timestamp=T0)], T0)
+    w = Windows(60, ["psi_stall_ratio_avg10"])
+    a = Sample("psi_stall_ratio_avg10", "memory", 50.0, labels=(("share", "some"),), timestamp=T0)
+    b = Sample("psi_stall_ratio_avg10", "memory", 70.0, labels=(("share", "full"),), timestamp=T0)
+    nan = Sample("psi_stall_ratio_avg10", "memory", math.nan, labels=(("share", "some"),), timestamp=T0)
+    w.ingest([a, b, nan, Sample("psi_stall_ratio_avg10", "memory", math.inf, timestamp=T0)], T0)
     assert sorted((k[0][2], acc.avg) for k, acc in w.take_complete(T0 + 60)) == [
-        ((("sensor", "Core 0"),), 50.0),
-        ((("sensor", "Core 1"),), 70.0),
+        ((("share", "full"),), 70.0),
+        ((("share", "some"),), 50.0),
     ]
     assert w.non_finite == 2
 

@@ -27,7 +27,7 @@ sinks:
   nvsentinel: {{enabled: true, socketPath: {socket}, tokenPath: {token}, retryInitialSeconds: 0.1}}
 rules:
   - {{metric: load1, device: cpu, condition: load_high, threshold: 16, enterFor: 2, exitFor: 2}}
-  - {{metric: temp_celsius, device: coretemp, labels: {{sensor: Package id 0}}, condition: cpu_package_hot,
+  - {{metric: temp_celsius, device: hwmon0/coretemp/temp1, condition: cpu_package_hot,
      severity: critical, threshold: 95, op: ">="}}
 """
 

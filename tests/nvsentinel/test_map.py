@@ -85,17 +85,17 @@ def test_camel_case_keeps_the_letters_and_drops_underscores(name: str) -> None:
     [
         ("core", "load1", "cpu", "CPU"),
         ("core", "cpu_util_pct", "cpu3", "CPU"),
-        ("core", "mem_hardware_corrupted_bytes", "memory", "Memory"),
+        ("core", "mem_hardware_corrupted_bytes", "mem", "Memory"),
         ("core", "disk_io_time_seconds_total", "sda", "Disk"),
         ("smart", "smart_pending_sectors", "sda", "Disk"),
         ("core", "net_rx_errors_total", "eth0", "NIC"),
         ("gpu", "gpu_temperature_celsius", "gpu0", "GPU"),
-        ("core", "temp_celsius", "coretemp", "CPU"),
-        ("core", "temp_celsius", "nvme", "Disk"),
-        ("core", "temp_celsius", "acpitz", "Node"),
-        ("core", "psi_avg10_pct", "memory", "Memory"),
-        ("core", "psi_avg10_pct", "cpu", "CPU"),
-        ("core", "psi_avg10_pct", "io", "Node"),
+        ("core", "temp_celsius", "hwmon0/coretemp/temp1", "CPU"),
+        ("core", "temp_celsius", "hwmon1/nvme/temp1", "Disk"),
+        ("core", "temp_celsius", "hwmon3/acpitz/temp1", "Node"),
+        ("core", "psi_stall_ratio_avg10", "memory", "Memory"),
+        ("core", "psi_stall_ratio_avg10", "cpu", "CPU"),
+        ("core", "psi_stall_ratio_avg10", "io", "Node"),
         ("core", "pcie_aer_fatal_total", "0000:3b:00.0", "Node"),
         ("core", "power_energy_joules_total", "package-0", "CPU"),
     ],
@@ -139,8 +139,8 @@ def test_rule_defaults() -> None:
     crit = rule_health(cond(severity="critical", metric="disk_io_time_seconds_total", device="sda"))
     assert (crit.is_fatal, crit.recommended_action, crit.component_class) == (True, "CONTACT_SUPPORT", "Disk")
     assert crit.entities == (Entity("DISK", "sda"),)
-    labelled = rule_health(cond(metric="psi_avg10_pct", device="memory", labels=(("kind", "some"),)), op=">=")
-    assert "psi_avg10_pct{kind=some} on memory is 24.51, threshold >= 16" in labelled.message
+    labelled = rule_health(cond(metric="psi_stall_ratio_avg10", device="memory", labels=(("share", "some"),)), op=">=")
+    assert "psi_stall_ratio_avg10{share=some} on memory is 24.51, threshold >= 16" in labelled.message
     observe = rule_health(cond(), strategy="STORE_ONLY")
     assert observe.processing_strategy == "STORE_ONLY"
 
@@ -204,14 +204,18 @@ def test_xid_entities_fall_back_to_the_device() -> None:
 
 
 def test_series_sharing_a_key_merge_fatal_first() -> None:
-    some = rule_health(cond(metric="psi_avg10_pct", device="memory", labels=(("kind", "some"),)))
-    full = rule_health(cond(metric="psi_avg10_pct", device="memory", labels=(("kind", "full"),), severity="critical"))
+    some = rule_health(cond(metric="psi_stall_ratio_avg10", device="memory", labels=(("share", "some"),)))
+    full = rule_health(
+        cond(metric="psi_stall_ratio_avg10", device="memory", labels=(("share", "full"),), severity="critical")
+    )
     (merged,) = merge([some, full]).values()
-    assert merged.is_fatal and "kind=some" in merged.message and "kind=full" in merged.message
+    assert merged.is_fatal and "share=some" in merged.message and "share=full" in merged.message
 
 
 def test_plan_baselines_first_then_clears_then_raises_and_nothing_when_equal() -> None:
-    hot = rule_health(cond(condition="cpu_hot", metric="temp_celsius", device="coretemp", severity="critical"))
+    hot = rule_health(
+        cond(condition="cpu_hot", metric="temp_celsius", device="hwmon0/coretemp/temp1", severity="critical")
+    )
     load = rule_health(cond())
     checks = [CheckSpec("NvdaemonCpuHot", "CPU", "EXECUTE_REMEDIATION"), CheckSpec("NvdaemonLoadHigh", "CPU", "X")]
     changes = plan({hot.key: hot}, {load.key: load}, checks=checks, baselined=["NvdaemonLoadHigh"], agent="a", node="n")

@@ -100,7 +100,7 @@ def test_reload_to_an_address_in_use_keeps_the_server_and_a_free_one_binds_first
         agent.proc.send_signal(signal.SIGHUP)
         wait_for(lambda: "reload rejected" in log.read_text(), "the reload to be rejected")
         assert agent.get("/healthz")[0] == 200  # the running server still listens on the old port
-        assert f"cannot listen on 127.0.0.1:{busy}" in log.read_text()
+        assert f"cannot listen on 127.0.0.1 port {busy}" in log.read_text()
     agent.config.write_text(agent.config.read_text().replace(f"127.0.0.1:{busy}", f"127.0.0.1:{old}"))
     new = free_port()
     rewrite_listen(agent, new)

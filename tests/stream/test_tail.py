@@ -130,7 +130,7 @@ def test_tail_prints_fixture_faults_and_survives_an_agent_restart(agent: Agent, 
 
         text = plain.read_text()
         assert "\033[" not in text  # not a terminal: no colours
-        assert " fixture-node critical ENTER cpu_package_hot coretemp value=" in text
+        assert " fixture-node critical ENTER cpu_package_hot hwmon0/coretemp/temp1 value=" in text
         assert "load_high" not in text  # --severity critical filters the warnings out
     finally:
         for proc in tails:
