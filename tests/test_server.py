@@ -235,7 +235,7 @@ async def test_api_token_file_is_reread_on_change_and_fails_closed(
     assert await status("third-token") == 200
     assert await status("other-token-bbbb") == 401
     # Missing, then empty: every guarded request is refused, logged once; the open paths stay open.
-    with caplog.at_level(logging.ERROR, logger="nvdaemon.server.app"):
+    with caplog.at_level(logging.ERROR, logger="nvdaemon.server.token"):
         token.unlink()
         for _ in range(3):
             assert await status("third-token") == 401

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-import os
 import socket
-import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -30,63 +28,12 @@ from nvdaemon.server import accept, asgi, history_routes, listen, stream_routes
 from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
 from nvdaemon.server.responses import json_response
 from nvdaemon.server.state import state_document
+from nvdaemon.server.token import ApiToken
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
 
 log = logging.getLogger(__name__)
-
-
-TOKEN_MAX_BYTES = 4096
-TOKEN_RECHECK_SECONDS = 1.0  # re-read at least this often: a same-size rewrite can keep a coarse mtime
-
-
-def read_token(path: str) -> bytes | None:
-    """The API token, or None when no token file is configured. Surrounding whitespace (a trailing newline from
-    ``echo > file``) is not part of the token. OSError when unreadable; ValueError when empty or over 4 KiB."""
-    if not path:
-        return None
-    with open(path, "rb") as f:
-        data = f.read(TOKEN_MAX_BYTES + 1)
-    if len(data) > TOKEN_MAX_BYTES:
-        raise ValueError(f"server.apiTokenFile {path} is larger than {TOKEN_MAX_BYTES} bytes")
-    token = data.strip()
-    if not token:
-        raise ValueError(f"server.apiTokenFile {path} is empty")
-    return token
-
-
-class ApiToken:
-    """``server.apiTokenFile``, re-read when it changes: a ``stat`` per guarded request (device, inode, size, mtime;
-    a Kubernetes secret update swaps a symlink, which changes the inode), and a read at least every
-    ``TOKEN_RECHECK_SECONDS``. Rotation needs no restart: the old token stops working at once. A file that is
-    missing, unreadable or empty fails closed (every guarded request 401), logged once until it is readable again."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._key: tuple[int, ...] | None = None
-        self._token: bytes | None = None
-        self._read_at = 0.0
-        self._failing = False
-
-    def current(self) -> bytes | None:
-        """The token now in force; None: fail closed."""
-        try:
-            st = os.stat(self.path)
-            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-            now = time.monotonic()
-            if key != self._key or now - self._read_at >= TOKEN_RECHECK_SECONDS:
-                self._token, self._key, self._read_at = read_token(self.path), key, now
-        except (OSError, ValueError) as exc:
-            if not self._failing:
-                detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                log.error("api token file %s unusable (%s): /v1/* refused until it is readable", self.path, detail)
-            self._failing, self._token, self._key = True, None, None
-            return None
-        if self._failing:
-            log.warning("api token file %s readable again", self.path)
-            self._failing = False
-        return self._token
 
 
 def health(agent: Agent) -> tuple[dict[str, Any], int]:
