@@ -91,12 +91,29 @@ class AcceptErrors:
 
 @dataclass
 class Gate:
-    """Open connections, by lane; counters for what was turned away."""
+    """Open connections, by lane; what was turned away while at the cap (logged when the cap is reached and when
+    a connection is served again, not per connection)."""
 
     cap: int
     open: int = 0
     lane: int = 0
-    refused: int = 0  # answered 503 in the lane, or closed at once
+    overflowed: int = 0  # connections taken by the lane or closed at once since the cap was reached
+
+    def admit(self) -> str:
+        """Where the next connection goes: "serve", "lane" or "refuse"."""
+        if self.open < self.cap:
+            if self.overflowed:
+                log.warning("connections below the cap again; %d connection(s) went over it", self.overflowed)
+                self.overflowed = 0
+            self.open += 1
+            return "serve"
+        if not self.overflowed:
+            log.warning("connection cap %d reached: only /healthz and /readyz are answered, others get 503", self.cap)
+        self.overflowed += 1
+        if self.lane < PROBE_LANE:
+            self.lane += 1
+            return "lane"
+        return "refuse"
 
 
 async def serve(
@@ -210,14 +227,12 @@ async def accept_loop(
             continue
         errors.succeeded()
         for stream in streams:
-            if gate.open < gate.cap:
-                gate.open += 1
+            where = gate.admit()
+            if where == "serve":
                 nursery.start_soon(serve_one, stream)
-            elif gate.lane < PROBE_LANE:
-                gate.lane += 1
+            elif where == "lane":
                 nursery.start_soon(serve_lane, stream)
             else:
-                gate.refused += 1
                 stream.socket.close()
 
 

@@ -56,8 +56,11 @@ async def test_slow_second_request_head_is_cut_off(tmp_path: Path) -> None:
             assert await conn.closed_by_server() == b""
 
 
-async def test_connection_cap_answers_probes_and_refuses_the_rest(tmp_path: Path) -> None:
+async def test_connection_cap_answers_probes_and_refuses_the_rest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     agent = make_agent(tmp_path, "{maxConnections: 3, headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
+    caplog.set_level(logging.WARNING, logger="nvdaemon.server.accept")
     async with serving(agent) as (host, port):
         held = [await Conn.open(host, port) for _ in range(3)]
         for conn in held:  # served (so surely accepted), then kept open
@@ -82,6 +85,9 @@ async def test_connection_cap_answers_probes_and_refuses_the_rest(tmp_path: Path
                 await conn.aclose()
                 await trio.sleep(0.05)
         assert b"nodevitals_" in body
+        messages = [r.getMessage() for r in caplog.records if r.name == "nvdaemon.server.accept"]
+        assert sum("connection cap 3 reached" in m for m in messages) == 1  # once, not per refused connection
+        assert any("below the cap again" in m for m in messages)
         for c in [*held, conn, probe]:
             await c.aclose()
 
