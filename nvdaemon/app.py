@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import logging
 import signal
+import socket
 import time
 from collections.abc import Hashable
 from pathlib import Path
@@ -37,7 +39,7 @@ from nvdaemon.model import Event, new_event_id
 from nvdaemon.reloading import Rules, prepare_reload
 from nvdaemon.sinks import Sink, build_sinks
 from nvdaemon.statefile import atomic_write, quarantine
-from nvdaemon.supervise import Supervisor, describe
+from nvdaemon.supervise import Supervisor, TaskState, describe
 from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ events_log = logging.getLogger("nvdaemon.events")
 
 ENGINE_FILE = "engine.json"
 DURABLE_WAIT_SECONDS = 1.0
+HTTP_STOP_SECONDS = 10.0  # a replaced HTTP server's graceful stop (hypercorn's own is at most 5 s), then cancelled
 EventKey = tuple[str, str, str, str, str, str, str]  # nodevitals_events_total's labels: see model.Event.count_key
 
 
@@ -72,6 +75,8 @@ class Agent:
         self.stopping = trio.Event()
         self.http_shutdown = trio.Event()
         self.bound: list[str] = []
+        self.http_sockets: list[socket.socket] = []  # the running HTTP server's listening sockets
+        self._reserved_http: list[socket.socket] | None = None  # a reload's new listenAddr, bound (bind_for)
         self.supervisor: Supervisor | None = None
         self.reloads = 0
         self.changes = 0  # bumped by anything that changes what /metrics shows besides snapshots and events
@@ -111,7 +116,7 @@ class Agent:
     def server_fingerprint(self) -> Hashable:
         c = self.loaded.config
         s = c.server
-        return (c.sinks.metrics.listen_addr, s.max_request_bytes, s.header_timeout_seconds, s.api_token_file)
+        return (c.sinks.metrics.listen_addr, s)  # apiTokenFile's content is re-read by the server itself
 
     # ---- engine ---------------------------------------------------------------------------------------------
     @property
@@ -255,6 +260,7 @@ class Agent:
         """
         try:
             new, rules = await prepare_reload(self.config_path, self.host_root, self.loaded, self.engine)
+            self._reserved_http = self.bind_for(new)  # held from here: no other process can take it meanwhile
         except Exception as exc:
             self._reload_rejected(exc)
             return
@@ -312,14 +318,68 @@ class Agent:
             running = sup.tasks.get(name)
             if running is None or running.fingerprint != self.tier_fingerprint(tier):
                 await sup.start(name, serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier))
-        http = sup.tasks.get("http")
-        if http is not None and http.fingerprint != self.server_fingerprint():
-            from nvdaemon.server.app import serve_http
+        await self.restart_http(self._take_reserved_http())
 
-            self.http_shutdown.set()
-            await http.done.wait()
-            self.http_shutdown = trio.Event()
-            await sup.start("http", serve_http, self, critical=True, fingerprint=self.server_fingerprint())
+    def _take_reserved_http(self) -> list[socket.socket] | None:
+        socks, self._reserved_http = self._reserved_http, None
+        return socks
+
+    def bind_for(self, new: LoadedConfig) -> list[socket.socket] | None:
+        """Sockets bound (not yet listening) to ``new``'s listenAddr when it differs from the running server's,
+        before anything of ``new`` is applied: an address that cannot be had rejects the reload and the old server
+        stays (OSError). None when the address is unchanged (a restarted server takes over the running one's
+        sockets), or when the new address overlaps the running one's port (``127.0.0.1:P`` -> ``:P``): the kernel
+        refuses that bind while the old listener exists, so that server is stopped first (``restart_http``).
+        Sockets that are never handed to a server are closed when dropped (a reload rejected later)."""
+        from nvdaemon.server import listen
+
+        old = self.loaded.config.sinks.metrics.listen_addr
+        addr = new.config.sinks.metrics.listen_addr
+        if self.supervisor is None or "http" not in self.supervisor.tasks or addr == old:
+            return None
+        timeout_ms = listen.user_timeout_ms(new.config.server.header_timeout_seconds)
+        try:
+            return listen.bind(addr, user_timeout_ms=timeout_ms, backlog=None)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE and listen.overlaps(old, addr):
+                return None
+            raise
+
+    async def restart_http(self, socks: list[socket.socket] | None) -> None:
+        """Restart the HTTP server if its settings changed: the new one is listening (on ``socks``, or on dups of
+        the running server's sockets when the address is unchanged) before the old one is told to stop, so no
+        connection is refused meanwhile; the old one then finishes its requests within its graceful timeout.
+        Only a new address overlapping the old port makes the old server stop first (``bind_for``)."""
+        from nvdaemon.server.app import serve_http  # the server imports Agent's module for typing only
+
+        sup = self.supervisor
+        assert sup is not None
+        http = sup.tasks.get("http")
+        if http is None or http.fingerprint == self.server_fingerprint():
+            for sock in socks or []:
+                sock.close()
+            return
+        running_addr = http.fingerprint[0] if isinstance(http.fingerprint, tuple) else None
+        same_addr = running_addr == self.loaded.config.sinks.metrics.listen_addr
+        if socks is None and same_addr and all(sock.fileno() != -1 for sock in self.http_sockets):
+            socks = [sock.dup() for sock in self.http_sockets]
+        old_shutdown, self.http_shutdown = self.http_shutdown, trio.Event()
+        if socks is None:  # the new address needs the old listener gone first
+            await self._stop_http(http, old_shutdown)
+        del sup.tasks["http"]  # kept running until the new one listens: Supervisor.start would cancel it first
+        await sup.start("http", serve_http, self, socks, critical=True, fingerprint=self.server_fingerprint())
+        await self._stop_http(http, old_shutdown)
+
+    @staticmethod
+    async def _stop_http(http: TaskState, shutdown: trio.Event) -> None:
+        """A running server stops gracefully (its shutdown trigger); one in backoff, or one that overruns its
+        graceful timeout, is cancelled."""
+        if http.state == "running":
+            shutdown.set()
+            with trio.move_on_after(HTTP_STOP_SECONDS):
+                await http.done.wait()
+        http.scope.cancel()
+        await http.done.wait()
 
     async def watch_signals(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """SIGHUP asks the reloader for a reload (SIGHUPs during one make one more, not one each); SIGTERM/SIGINT

@@ -100,6 +100,10 @@ class ServerConfig(_Section):
     api_token_file: str = ""  # bearer token guarding /v1/*; /metrics, /healthz, /readyz stay open
     max_request_bytes: Annotated[int, msgspec.Meta(ge=1, le=16 << 20)] = 65536
     header_timeout_seconds: Timeout = 10.0
+    idle_timeout_seconds: Timeout = 10.0  # a keep-alive connection with no request in progress is closed after it
+    # Served at once; above it only /healthz and /readyz are answered (503 otherwise).
+    max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1024
+    max_websocket_message_bytes: Annotated[int, msgspec.Meta(ge=1, le=16 << 20)] = 4096  # inbound; larger: 1009
 
 
 class SmartConfig(_Section):

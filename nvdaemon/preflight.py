@@ -5,8 +5,8 @@ and ``run`` exit 2 and a reload keep the running config; a warning is printed or
 - ``sinks.metrics.listenAddr``: a TCP socket is bound there with SO_REUSEADDR, as the HTTP server binds it, and
   closed at once. A host that does not resolve, an address that is not this host's, a privileged port and a port
   another process listens on are problems. A reload skips the address the running server already holds.
-- ``server.apiTokenFile``: read (at most ``MAX_TOKEN_BYTES``); unreadable, too large or blank is a problem, since
-  the server reads it when it starts and would not start.
+- ``server.apiTokenFile``: read as the server reads it (``nvdaemon/server/token.py``, at most ``MAX_TOKEN_BYTES``);
+  unreadable, too large or blank is a problem: the server would refuse every ``/v1/*`` request (it fails closed).
 - ``sinks.nvsentinel.tokenPath`` (only when that sink is enabled): the sink re-reads it on every call, and the kubelet
   may project it after the agent starts, so a missing, unreadable or empty token is a warning; the sink reports it
   on each send (its state and metrics) and recovers once the file is there.
@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 
 from nvdaemon.config import LoadedConfig
 from nvdaemon.configcheck import ConfigIssue
+from nvdaemon.server.token import MAX_TOKEN_BYTES, read_token
 
-MAX_TOKEN_BYTES = 64 * 1024  # a bearer token is well under 1 KiB; a bigger file is the wrong file
+__all__ = ["MAX_TOKEN_BYTES", "bind_problem", "preflight", "token_problem"]
 
 
 @dataclass
@@ -66,14 +67,11 @@ def bind_problem(addr: str) -> str | None:
 def token_problem(path: str) -> str | None:
     """Why the token file at ``path`` cannot serve as a bearer token (None: it can)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_TOKEN_BYTES + 1)
+        read_token(path)
     except OSError as exc:
         return f"cannot read the token file {path}: {exc.strerror or type(exc).__name__}"
-    if len(data) > MAX_TOKEN_BYTES:
-        return f"the token file {path} is larger than {MAX_TOKEN_BYTES} bytes"
-    if not data.strip():
-        return f"the token file {path} is empty"
+    except ValueError as exc:
+        return str(exc)
     return None
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -238,3 +239,47 @@ async def test_request_body_limit(tmp_path: Path) -> None:
     resp = await client.post("/v1/echo", data=b"x" * 4096)
     assert resp.status_code == 413
     assert resp.headers["Content-Type"] == "application/json"
+
+
+async def test_api_token_file_is_reread_on_change_and_fails_closed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("first-token-aaaa\n")
+    agent = make_agent(tmp_path, f"server: {{apiTokenFile: {token}}}\n")
+    client = build_app(agent).test_client()
+
+    async def status(value: str) -> int:
+        return (await client.get("/v1/state", headers={"Authorization": f"Bearer {value}"})).status_code
+
+    assert await status("first-token-aaaa") == 200
+    # Rewritten in place, same length (so size and maybe mtime look unchanged): the new token works, the old no more.
+    with token.open("r+") as f:
+        f.write("other-token-bbbb\n")
+    assert await status("other-token-bbbb") == 200
+    assert await status("first-token-aaaa") == 401
+    # Replaced the way a Kubernetes secret volume does it: a new file renamed over the old one.
+    fresh = tmp_path / "token.new"
+    fresh.write_text("third-token\n")
+    fresh.replace(token)
+    assert await status("third-token") == 200
+    assert await status("other-token-bbbb") == 401
+    # Missing, then empty: every guarded request is refused, logged once; the open paths stay open.
+    with caplog.at_level(logging.ERROR, logger="nvdaemon.server.token"):
+        token.unlink()
+        for _ in range(3):
+            assert await status("third-token") == 401
+        token.write_text("  \n")
+        assert await status("third-token") == 401
+        assert (await client.get("/healthz")).status_code != 401
+    refusals = [r for r in caplog.records if "api token file" in r.getMessage()]
+    assert len(refusals) == 1 and "third-token" not in caplog.text
+    token.write_text("fourth-token\n")
+    assert await status("fourth-token") == 200
+
+
+async def test_missing_token_file_at_start_fails_closed(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, f"server: {{apiTokenFile: {tmp_path / 'absent'}}}\n")
+    client = build_app(agent).test_client()  # building the app no longer fails: the server keeps its probes
+    assert (await client.get("/v1/state", headers={"Authorization": "Bearer x"})).status_code == 401
+    assert (await client.get("/readyz")).status_code == 503
