@@ -18,7 +18,7 @@ from nvdaemon.gpu.xid import run_xid_source, serve_xid
 from nvdaemon.model import Event, Kind, Phase, Sample
 from nvdaemon.nvml import GpuIdentity, NvmlUnavailable, XidNotice
 from nvdaemon.nvml.fake import FakeNvml
-from nvdaemon.sinks.nvsentinel_map import XID_DESCRIPTIONS
+from nvdaemon.sinks.nvsentinel_xid import XID_DESCRIPTIONS
 from tests.gpu.conftest import HEALTHY, THERMAL, XID79, make_agent, wait_until
 
 GAUGES = {
