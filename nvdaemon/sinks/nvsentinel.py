@@ -5,8 +5,9 @@ since boot (``nvsentinel_map``); *reported* health is what the platform-connecto
 ``stateDir/nvsentinel.json``. On every bus event and every ``intervalSeconds`` tick the difference is published,
 one HealthEvent per call, and *reported* advances (and is written) only after the call returned OK.
 
-- Socket gate: the socket is stat'ed before every attempt; missing means skip (counted), no retry, nothing advanced;
-  the next tick sends again with a fresh ``generatedTimestamp``.
+- Socket gate: the socket is stat'ed before every attempt; missing (ENOENT only) means skip (counted), no retry,
+  nothing advanced; the next tick sends again with a fresh ``generatedTimestamp``. Any other stat error counts as
+  present: the send is attempted and its failure classified.
 - Retries (``maxAttempts``, ``retryInitialSeconds`` x ``retryMultiplier``, +-``retryJitter``) only on UNAVAILABLE,
   DEADLINE_EXCEEDED, connection reset and broken pipe; any other answer is a rejection: counted, not retried now,
   tried again on the next tick (the difference is still there). Each call has ``callTimeoutSeconds``.
@@ -176,10 +177,15 @@ class GrpcPublisher:
         self.timeout = timeout
 
     def present(self) -> bool:
+        """Only "not found" means absent. Any other stat error (EACCES on a parent directory, ENOTDIR, ...) counts
+        as present, as in NVSentinel's own publishers: the call is made and its failure classified like any other,
+        instead of a local stat error standing in for what the platform-connector would say."""
         try:
             os.stat(self.socket_path)
         except FileNotFoundError:
             return False
+        except OSError:
+            return True
         return True
 
     def send(self, request: pb.HealthEvents) -> None:

@@ -306,8 +306,7 @@ def xid_health(
 def lost_health(rec: LostGpu, *, strategy: str = DEFAULT_STRATEGY) -> Health:
     """The fatal RESTART_BM fault of a GPU that fell off the bus (see the module docstring for the names)."""
     entities = entities_for("GPU", rec.device, {"gpu_uuid": rec.uuid, "pci_bus_id": rec.pci})
-    where = rec.pci or rec.uuid or rec.device
-    why = f" ({rec.error})" if rec.error else ""
+    why = f": {rec.error}" if rec.error else ""  # the entities name the GPU; condition messages are capped
     return Health(
         check_name=LOST_CHECK,
         component_class="GPU",
@@ -316,7 +315,7 @@ def lost_health(rec: LostGpu, *, strategy: str = DEFAULT_STRATEGY) -> Health:
         error_code=(LOST_ERROR_CODE,),
         entities=entities,
         processing_strategy=strategy,
-        message=f"GPU {where} ({rec.device}) does not answer NVML: fallen off the bus{why}",
+        message=f"{rec.device} fell off the bus{why}",
         metadata={"condition": LOST_CONDITION, "device": rec.device},
     )
 

@@ -251,7 +251,7 @@ def test_lost_gpu_is_fatal_restart_bm_with_the_gpu_entities() -> None:
     assert (h.check_name, h.component_class, h.error_code) == ("NvdaemonGpuFallenOff", "GPU", ("GPU_FALLEN_OFF_BUS",))
     assert (h.is_fatal, h.recommended_action, h.processing_strategy) == (True, "RESTART_BM", "STORE_ONLY")
     assert h.entities == (Entity("GPU", "5"), Entity("GPU_UUID", "GPU-5a"), Entity("PCI", "00000000:AB:00.0"))
-    assert "GPU is lost" in h.message and "00000000:AB:00.0" in h.message
+    assert h.message == "gpu5 fell off the bus: gpu5: GPU is lost"
     clear = healthy_event(h, agent="nvdaemon", node="n")
     assert clear.is_healthy and clear.entities == h.entities and clear.error_code == h.error_code
     # identity unknown (NVML could not say): the GPU index alone
