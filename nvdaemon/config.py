@@ -281,6 +281,14 @@ class LoadedConfig:
     notes: tuple[str, ...] = ()  # where this file means something the Go agent would do differently (check-config)
 
 
+NODE_IN_POD = (
+    "not set and NODE_NAME is empty, inside Kubernetes (KUBERNETES_SERVICE_HOST is set): the hostname would be the "
+    "pod's name, not the node's. Set NODE_NAME from the downward API in the container spec:\n"
+    "      env:\n"
+    "        - name: NODE_NAME\n"
+    "          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}\n"
+    "    or set node: in the config"
+)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -405,7 +413,12 @@ def parse_config(
             rootfs=str(host_root),
         )
     tiers = tuple(dict.fromkeys(cfg.tiers))  # goconfig resolved tier/tiers as the Go agent does
-    node = cfg.node or env.get("NODE_NAME") or socket.gethostname()
+    node = cfg.node or env.get("NODE_NAME") or ""
+    if not node and env.get("KUBERNETES_SERVICE_HOST"):
+        # In a pod the hostname is the pod's name: every series would carry it, and NVSentinel's platform-connector
+        # rejects every HealthEvent for a node that does not exist (PERMISSION_DENIED), leaving only a counter.
+        raise ConfigError(source, [ConfigIssue("node", NODE_IN_POD, lines.get("node"))])
+    node = node or socket.gethostname()
     state_dir = Path(cfg.state_dir) if cfg.state_dir else default_state_dir(env)
     return LoadedConfig(config=cfg, source=source, node=node, state_dir=state_dir, tiers=tiers, notes=tuple(notes))
 
