@@ -137,7 +137,7 @@ def test_lost_gpu_condition_survives_a_restart_and_clears_when_the_gpu_answers(
     }
     xid = connector.condition("NvdaemonGpuXidError")  # no XID was ever raised: only its baseline
     assert xid is not None and xid["status"] == "False"
-    assert agent.state()["sinks"]["nvsentinel"]["lostGpus"][0]["device"] == "gpu5"
+    assert agent.status()["sinks"]["nvsentinel"]["lostGpus"][0]["device"] == "gpu5"
     assert agent.stop()[0] == 0
 
     # Restart with the GPU still lost: it is seen lost again, and nothing new is sent.
@@ -157,7 +157,7 @@ def test_lost_gpu_condition_survives_a_restart_and_clears_when_the_gpu_answers(
     assert {(e.entityType, e.entityValue) for e in clear.entitiesImpacted} == {
         (e.entityType, e.entityValue) for e in fault.entitiesImpacted
     }
-    assert agent.state()["sinks"]["nvsentinel"]["lostGpus"] == []
+    assert agent.status()["sinks"]["nvsentinel"]["lostGpus"] == []
     assert agent.stop()[0] == 0
 
 
