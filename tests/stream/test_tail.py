@@ -34,12 +34,12 @@ def test_line_format_rule_event_xid_and_colour_only_when_asked() -> None:
     ev = make_event(3, severity="critical", condition="load_high", device="cpu")
     doc = json.loads(encode(ev)[1])
     line = format_line(doc, colour=False)
-    assert line == "2023-11-14T22:13:23.000000Z n1 critical ENTER load_high cpu value=3 threshold=0.5"
+    assert line == "2023-11-14T22:13:23Z n1 critical ENTER load_high cpu value=3 threshold=0.5"
     assert "\033[" in format_line(doc, colour=True)
     exit_ = json.loads(encode(make_event(5, phase=Phase.EXIT))[1])
-    assert format_line(exit_, colour=False).startswith("2023-11-14T22:14:25.000000Z n1 warning  EXIT  load_high")
+    assert format_line(exit_, colour=False).startswith("2023-11-14T22:14:25Z n1 warning  EXIT  load_high")
     del exit_["time"]  # a document without the envelope's time: the transition's time from data
-    assert format_line(exit_, colour=False).startswith("2023-11-14T22:14:25.000000Z ")
+    assert format_line(exit_, colour=False).startswith("2023-11-14T22:14:25Z ")
     xid = json.loads(encode(make_event(4, condition="gpu_xid", device="gpu0"))[1])
     xid["data"]["detail"] = {"xid": 79, "description": "GPU has fallen off the bus"}
     assert format_line(xid, colour=False).endswith("gpu_xid gpu0 xid=79 GPU has fallen off the bus")
