@@ -115,7 +115,7 @@ class Collector(abc.ABC):
         return default
 
     def detail(self) -> dict[str, Any]:
-        """Extra plain data about the last run for ``/v1/state`` (empty: nothing beyond the status)."""
+        """Extra plain data about the last run for ``/v1/status`` (empty: nothing beyond the status)."""
         return {}
 
 

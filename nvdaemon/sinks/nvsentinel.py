@@ -13,7 +13,7 @@ one HealthEvent per call, and *reported* advances (and is written) only after th
   tried again on the next tick (the difference is still there). Each call has ``callTimeoutSeconds``.
 - The token file is read on every call and sent as ``authorization: Bearer <token>`` exactly as read; an empty
   ``tokenPath`` sends no header; an unreadable or empty token file (or one holding bytes a header cannot carry)
-  blocks the send. The token is never logged nor shown in /v1/state.
+  blocks the send. The token is never logged nor shown in /v1/status.
 - Healthy baseline: the first time a configured check is seen, a healthy event with no entities clears whatever an
   earlier install left on the node for it.
 - XIDs clear only on a reboot: when the boot id (``<procRoot>/sys/kernel/random/boot_id``) differs from the one in
@@ -290,7 +290,7 @@ class Reconciler:
         self.socket_present: bool | None = None
         self.last_error: str | None = None
         self.last_error_at: float | None = None
-        self.version = 0  # bumped whenever something /metrics or /v1/state shows changed
+        self.version = 0  # bumped whenever something /metrics or /v1/status shows changed
 
     # ---- state -------------------------------------------------------------------------------------------------
     def load(self) -> None:
