@@ -134,7 +134,7 @@ class PodAttribution:
         return self.current is not None
 
     def status(self) -> dict[str, Any]:
-        """For ``/v1/state`` (the gpu collector's detail): up, the holders per GPU, failures by reason."""
+        """For ``/v1/status`` (the gpu collector's detail): up, the holders per GPU, failures by reason."""
         current = self.current
         holders = {} if current is None else {f"gpu{i}": current.pods(i) for i in current.holders}
         return {"up": self.up, "holders": holders, "failures": dict(self.failures), "lastError": self.last_reason}

@@ -153,12 +153,12 @@ async def test_pods_on_dcgm_series_and_events_through_kubelet_failures(
             promtool(m)
 
             async def attribution_status() -> dict[str, Any] | None:
-                state = json.loads(await trio.to_thread.run_sync(get, base + "/v1/state"))
+                state = json.loads(await trio.to_thread.run_sync(get, base + "/v1/status"))
                 detail = state["tiers"]["gpu"]["collectors"]["nvml"].get("detail", {})
                 found: dict[str, Any] | None = detail.get("podAttribution")
                 return found if found and found["up"] else None
 
-            status = await wait_for("pod attribution in /v1/state", attribution_status)
+            status = await wait_for("pod attribution in /v1/status", attribution_status)
             assert status["holders"]["gpu7"] == [{"namespace": "mig", "pod": "slice", "container": "main"}]
 
             # ---- an XID on the shared GPU names both holders: webhook (verified) and nvdaemon tail
