@@ -18,8 +18,8 @@ from nvdaemon.nvml import GpuIdentity, XidNotice
 from nvdaemon.nvml.fake import FakeNvml
 from nvdaemon.nvml.real import RealNvml
 from nvdaemon.sinks.cloudevent import encode
-from nvdaemon.sinks.nvsentinel import xid_record
-from nvdaemon.sinks.nvsentinel_map import rule_health, xid_health
+from nvdaemon.sinks.nvsentinel import lost_record, xid_record
+from nvdaemon.sinks.nvsentinel_map import lost_health, rule_health, xid_health
 from nvdaemon.tail import format_line
 from tests.gpu.recorder import RecordingNvml
 
@@ -113,6 +113,8 @@ def test_nvsentinel_message_and_tail_line_name_the_pods() -> None:
         pods=[TRAIN],
     )
     assert rule_health(cond).message.endswith("threshold > 80 (pods: ml/train/main)")
+    rt.set_lost(rt.identity(0), True, 2.0, "GPU is lost")
+    assert lost_health(lost_record(emitted[-1])).message.endswith("fell off the bus: GPU is lost (pods: ml/train/main)")
     line = format_line(json.loads(encode(emitted[0])[1]), colour=False)
     assert line.endswith("xid=79 GPU has fallen off the bus pods=ml/train/main")
 
