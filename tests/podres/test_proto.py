@@ -3,35 +3,14 @@ the wire names and numbers are the kubelet's podresources v1 API."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from nvdaemon.proto import podresources_pb2 as pb
-
-ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ("podresources_pb2.py", "podresources_pb2.pyi", "podresources_pb2_grpc.py")
+from tests.protostubs import assert_stubs_fresh
 
 
 def test_regenerating_the_stubs_changes_nothing(tmp_path: Path) -> None:
-    # The same command as the Makefile's `proto` target, into tmp_path.
-    cmd = [
-        sys.executable,
-        "-m",
-        "grpc_tools.protoc",
-        "-Invdaemon/proto=protos",
-        f"--python_out={tmp_path}",
-        f"--pyi_out={tmp_path}",
-        f"--grpc_python_out={tmp_path}",
-        "nvdaemon/proto/podresources.proto",
-    ]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    for name in GENERATED:
-        fresh = (tmp_path / "nvdaemon" / "proto" / name).read_bytes()
-        committed = (ROOT / "nvdaemon" / "proto" / name).read_bytes()
-        assert fresh == committed, f"nvdaemon/proto/{name} is stale: run `make proto`"
-    makefile = (ROOT / "Makefile").read_text()
-    assert "--grpc_python_out=. \\\n\t\tnvdaemon/proto/podresources.proto" in makefile
+    assert_stubs_fresh("podresources", tmp_path)
 
 
 def numbers(message: type) -> dict[str, int]:
