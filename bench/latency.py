@@ -17,6 +17,7 @@ change's ENTER.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 import tempfile
 import time
@@ -146,8 +147,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
             "rules": [
                 {
                     "metric": "temp_celsius",
-                    "device": "coretemp",
-                    "labels": {"sensor": "Package id 0"},
+                    "device": "hwmon*/coretemp/temp1",
                     "condition": CONDITION,
                     "severity": "critical",
                     "threshold": 95,
@@ -162,7 +162,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
         for _ in range(CHANGES):
             t = write(temp, HOT)
             at, data = wait("ENTER on the websocket", phase_after, stream_events, client, "ENTER", t)
-            tick = float(data["started_at"])
+            tick = dt.datetime.fromisoformat(data["started_at"]).timestamp()  # RFC 3339, UTC
             lat["stream"].append(at - tick)
             at, _ = wait("ENTER at the webhook", phase_after, TimedReceiver.events, receiver, "ENTER", t)
             lat["webhook"].append(at - tick)

@@ -2,6 +2,13 @@
 ``nvdaemon spool list|retry``, ``nvdaemon webhook test URL``.
 
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or an invalid config (every error listed on stderr).
+
+The Go agent's command line works too: ``-config FILE`` (also ``-config=FILE``, ``--config FILE``), with or without
+``run`` before it, and with no config flag its default ``/etc/nodevitals/config.yaml`` is read when it exists.
+
+``check-config`` and ``run`` check the same things: the file (size, UTF-8, YAML, keys, types and ranges), then what
+only the host can tell (``preflight``: the listen address binds, the token files are readable); ``run`` starts
+nothing when either finds a problem.
 """
 
 from __future__ import annotations
@@ -12,14 +19,20 @@ import logging
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from nvdaemon import __version__, tail
 from nvdaemon.config import ConfigError, LoadedConfig, load_config
+from nvdaemon.preflight import preflight
 from nvdaemon.sinks import webhook_cli
 
 EXIT_CONFIG = 2
 DEFAULT_URL = "http://127.0.0.1:9847"
+GO_DEFAULT_CONFIG = Path("/etc/nodevitals/config.yaml")  # the Go agent's -config default
+UNKNOWN_KEY_NOTE = (
+    "note: the Go agent ignored unknown keys; nvdaemon rejects them so that a typo cannot silently disable a rule"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -27,14 +40,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"nvdaemon {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the agent in the foreground")
-    run.add_argument("--config", help="YAML config file (default: the embedded default, core tier on this host)")
+    run.add_argument(
+        "--config",
+        "-config",
+        dest="config",
+        help=f"YAML config file (default: {GO_DEFAULT_CONFIG} when it exists, else the embedded default: core tier)",
+    )
     run.add_argument("--host-root", type=Path, help="read proc/, sys/, dev/ under DIR (a fixture host)")
     run.add_argument("--log-format", choices=["text", "json"], default="text")
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     check = sub.add_parser("check-config", help="validate a config file and exit (0 valid, 2 invalid)")
     check.add_argument("file")
     check.add_argument("--host-root", type=Path)
-    state = sub.add_parser("state", help="print a running agent's /v1/state")
+    check.add_argument(
+        "--offline",
+        action="store_true",
+        help="check the file only, not this host (listen address, token files): for a config of another machine",
+    )
+    state = sub.add_parser("state", help="print a running agent's status document (/v1/status)")
     state.add_argument("url", nargs="?", default=DEFAULT_URL)
     state.add_argument("--token-file", help="file holding the API bearer token")
     webhook_cli.add_parsers(sub)  # spool list|retry, webhook test
@@ -47,16 +70,50 @@ def _load(path: str | None, host_root: Path | None) -> LoadedConfig | None:
         return load_config(path, host_root=host_root)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
+        if any(issue.message.startswith("unknown key") for issue in exc.issues):
+            print(UNKNOWN_KEY_NOTE, file=sys.stderr)
         return None
+
+
+def config_path(given: str | None, go_default: Path = GO_DEFAULT_CONFIG) -> str | None:
+    """The file ``run`` reads: the flag's, else the Go agent's default when it exists, else None (embedded)."""
+    if given is not None:
+        return given
+    return str(go_default) if go_default.is_file() else None
+
+
+def _print_warning(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr)
+
+
+def _checked(
+    path: str | None, host_root: Path | None, offline: bool = False, warn: Callable[[str], None] = _print_warning
+) -> LoadedConfig | None:
+    """``_load`` plus the host checks; problems are printed as config errors (None), warnings go to ``warn``."""
+    loaded = _load(path, host_root)
+    if loaded is None or offline:
+        return loaded
+    checks = preflight(loaded)
+    for issue in checks.warnings:
+        warn(f"{loaded.source}: {issue.path}: {issue.message}")
+    if checks.problems:
+        print(ConfigError(loaded.source, checks.problems), file=sys.stderr)
+        return None
+    return loaded
 
 
 def _run(args: argparse.Namespace) -> int:
     from nvdaemon import logs
 
     logs.setup(args.log_format, args.log_level)
-    loaded = _load(args.config, args.host_root)
+    log = logging.getLogger("nvdaemon")
+    args.config = config_path(args.config)
+    log.info("config: %s", args.config or "the embedded default")
+    loaded = _checked(args.config, args.host_root, warn=log.warning)
     if loaded is None:
         return EXIT_CONFIG
+    for note in loaded.notes:
+        log.info("config: %s", note)
     import trio
 
     from nvdaemon.app import Agent
@@ -66,16 +123,16 @@ def _run(args: argparse.Namespace) -> int:
     try:
         trio.run(agent.run)
     except OSError as exc:
-        logging.getLogger("nvdaemon").error("cannot run: %s", exc)
+        log.error("cannot run: %s", exc)
         return 1
     except NvmlUnavailable as exc:  # gpu is the only tier and NVML cannot be used
-        logging.getLogger("nvdaemon").error("cannot run: gpu tier: %s", exc)
+        log.error("cannot run: gpu tier: %s", exc)
         return 1
     return 0
 
 
 def _state(args: argparse.Namespace) -> int:
-    req = urllib.request.Request(args.url.rstrip("/") + "/v1/state")
+    req = urllib.request.Request(args.url.rstrip("/") + "/v1/status")
     if args.token_file:
         req.add_header("Authorization", "Bearer " + Path(args.token_file).read_text().strip())
     try:
@@ -90,18 +147,23 @@ def _state(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0].split("=", 1)[0] in ("-config", "--config"):
+        argv = ["run", *argv]  # the Go agent's command line: `nodevitals -config FILE`
     args = _parser().parse_args(argv)
     if args.command == "run":
         return _run(args)
     if args.command == "check-config":
-        loaded = _load(args.file, args.host_root)
+        loaded = _checked(args.file, args.host_root, offline=args.offline)
         if loaded is None:
             return EXIT_CONFIG
         c = loaded.config
         print(f"{args.file}: ok (node {loaded.node}, tiers {','.join(loaded.tiers)}, {len(c.rules)} rule(s))")
+        for note in loaded.notes:  # where this file means something the Go agent would do differently
+            print(f"{args.file}: note: {note}")
         return 0
     if args.command == "tail":
         return tail.cli(args)
     if args.command in webhook_cli.COMMANDS:
-        return webhook_cli.main(args, lambda path: _load(path, None))
+        return webhook_cli.main(args, lambda path: _load(config_path(path), None))
     return _state(args)

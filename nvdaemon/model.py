@@ -8,8 +8,11 @@ from __future__ import annotations
 import enum
 import os
 import time
+from typing import Any
 
 import msgspec
+
+from nvdaemon import gotime
 
 Labels = tuple[tuple[str, str], ...]
 """Extra labels of a series, sorted by name; a tuple so that series keys are hashable."""
@@ -68,12 +71,28 @@ class Sample(msgspec.Struct, frozen=True):
         return (self.metric, self.device, self.labels)
 
 
+def rfc3339(ts: float) -> str:
+    """Seconds since the epoch as an RFC 3339 time in UTC, the way Go's ``time.Time`` marshals it: at most
+    microseconds (all a float of epoch seconds holds), trailing zeros trimmed (``2026-01-02T03:04:05.1234Z``).
+
+    One format for every time we write (event data, the CloudEvent ``time``, REST), so a Go client reads them all.
+    """
+    return gotime.rfc3339(ts)
+
+
+COUNT_LABELS = ("node", "tier", "device", "condition", "severity", "phase", "xid")
+"""Label keys of ``nodevitals_events_total``, as the Go agent has them (nodevitals-contract.md §2)."""
+
+
 class Event(msgspec.Struct, frozen=True):
     """A state transition of one condition on one device.
 
     ``id`` is unique across restarts and stays the same across delivery retries; ``seq`` increases by one per
     event emitted by this node and survives restarts. ``detail`` holds ``{value, threshold, metric, labels}`` for
-    rule events and ``{xid, description, action}`` for XIDs.
+    rule events and ``{xid, description, gpu_uuid, pci_bus_id}`` for XIDs.
+
+    Times are float seconds since the epoch here and in the spool (``msgspec`` encoding of this struct); what
+    leaves the agent (webhook, stream, ``/v1/events``) is ``wire()``.
     """
 
     id: str
@@ -87,6 +106,41 @@ class Event(msgspec.Struct, frozen=True):
     started_at: float
     ended_at: float | None = None
     detail: dict[str, object] = msgspec.field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        """The event as the Go agent sends it under CloudEvent ``data`` (nodevitals-contract.md §3).
+
+        ``started_at`` and ``ended_at`` are RFC 3339 (``rfc3339``); ``ended_at`` is there only on an EXIT, never
+        as ``null``. An EXIT carries its ENTER's ``started_at``.
+        """
+        out: dict[str, Any] = {
+            "id": self.id,
+            "node": self.node,
+            "tier": self.tier,
+            "device": self.device,
+            "condition": self.condition,
+            "phase": self.phase.value,
+            "severity": self.severity,
+            "seq": self.seq,
+            "started_at": rfc3339(self.started_at),
+        }
+        if self.phase is Phase.EXIT and self.ended_at is not None:
+            out["ended_at"] = rfc3339(self.ended_at)
+        out["detail"] = dict(self.detail)
+        return out
+
+    def count_key(self) -> tuple[str, str, str, str, str, str, str]:
+        """The labels of ``nodevitals_events_total`` in ``COUNT_LABELS`` order; ``xid`` is empty but for XIDs."""
+        xid = self.detail.get("xid")
+        return (
+            self.node,
+            self.tier,
+            self.device,
+            self.condition,
+            self.severity,
+            self.phase.value,
+            "" if xid is None else str(xid),
+        )
 
 
 _last_ms = 0

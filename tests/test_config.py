@@ -226,7 +226,7 @@ def test_every_error_reported_at_once_with_file_line_and_path() -> None:
         """\
         node: n1
         tiers: [core, smartt]
-        intervalSeconds: -1
+        intervalSeconds: fast
         rules:
           - metric: load1
             condition: load_high
@@ -260,7 +260,7 @@ def test_every_error_reported_at_once_with_file_line_and_path() -> None:
         assert f"/etc/nvdaemon/bad.yaml:{line}: {path}: " in text
     messages = issue_map(err)
     assert "one of" in messages["tiers[1]"][1]
-    assert "a number > 0" in messages["intervalSeconds"][1]
+    assert "a number >= 0.05" in messages["intervalSeconds"][1]
     assert "a number" in messages["rules[0].threshold"][1]
     assert "required key missing" in messages["rules[1].metric"][1]
     assert ">= 1" in messages["spool.maxEvents"][1]
@@ -275,7 +275,7 @@ def test_every_error_reported_at_once_with_file_line_and_path() -> None:
         ("threshold: .inf", "rules[0].threshold", "non-finite"),
         ("enterFor: 2.5", "rules[0].enterFor", "an integer"),
         ("enterFor: true", "rules[0].enterFor", "an integer"),
-        ("enterFor: 0", "rules[0].enterFor", ">= 1"),
+        ("exitFor: 1.5", "rules[0].exitFor", "an integer"),
         ("severity: fatal", "rules[0].severity", "'critical'"),
         ("rate: 'yes'", "rules[0].rate", "true or false"),
         ("labels: {kind: [some]}", "rules[0].labels.kind", "a string"),
@@ -369,7 +369,8 @@ def test_non_mapping_top_level_is_an_error(text: str) -> None:
         ("localhost:65535", True),
         ("[::1]:9847", True),
         ("localhost", False),
-        (":9847", False),
+        (":9847", True),  # Go's listen syntax: every interface
+        (":", False),
         ("127.0.0.1:", False),
         ("127.0.0.1:0", True),  # any free port
         ("127.0.0.1:65536", False),
@@ -431,13 +432,13 @@ def test_rule_names_must_be_identifiers(field: str) -> None:
 @pytest.mark.parametrize(
     ("text", "tiers"),
     [
-        ("tier: gpu\n", ("core", "gpu")),
-        ("tiers: [core, smart]\ntier: gpu\n", ("core", "smart", "gpu")),
+        ("tier: gpu\n", ("gpu",)),  # the legacy tier runs alone, as in the Go agent
+        ("tiers: [core, smart]\ntier: gpu\n", ("core", "smart")),  # tiers wins, as in the Go agent
         ("tiers: [gpu]\ntier: gpu\n", ("gpu",)),
         ("tiers: [smart, core]\n", ("smart", "core")),
     ],
 )
-def test_legacy_tier_merges_into_tiers(text: str, tiers: tuple[str, ...]) -> None:
+def test_legacy_tier_and_tiers(text: str, tiers: tuple[str, ...]) -> None:
     assert parse(text).tiers == tiers
 
 

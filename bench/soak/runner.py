@@ -99,22 +99,22 @@ class Soak:
             {"metric": "load1", "device": "cpu", "condition": "load_high", "threshold": self.load_threshold},
             {
                 "metric": "temp_celsius",
-                "device": "coretemp",
-                "labels": {"sensor": "Package id 0"},
+                "device": "hwmon*/coretemp/temp1",
                 "condition": "cpu_package_hot",
                 "severity": "critical",
                 "threshold": 95,
                 "op": ">=",
             },
             {
-                "metric": "psi_avg10_pct",
+                "metric": "psi_stall_ratio_avg10",
                 "device": "memory",
-                "labels": {"kind": "some"},
+                "labels": {"share": "some"},
                 "condition": "memory_pressure",
                 "threshold": 20,
             },
             {
                 "metric": "pcie_aer_fatal_total",
+                "labels": {"error_type": "TOTAL_ERR_FATAL"},
                 "device": "0000:*",
                 "rate": True,
                 "condition": "pcie_aer_fatal",
@@ -123,6 +123,7 @@ class Soak:
             },
             {
                 "metric": "pcie_aer_correctable_total",
+                "labels": {"error_type": "TOTAL_ERR_COR"},
                 "device": "0000:81:*",
                 "rate": True,
                 "condition": "pcie_aer_correctable",
@@ -189,8 +190,8 @@ class Soak:
         except httpx.HTTPError:
             return None
 
-    async def state(self) -> dict[str, Any] | None:
-        r = await self.get("/v1/state")
+    async def status(self) -> dict[str, Any] | None:
+        r = await self.get("/v1/status")
         if r is None or r.status_code != 200:
             return None
         doc: dict[str, Any] = r.json()
@@ -274,7 +275,7 @@ class Soak:
                 run.proc.send_signal(signal.SIGHUP)
                 with trio.move_on_after(20) as waited:
                     while True:
-                        st = await self.state()
+                        st = await self.status()
                         if st is not None and st["reloads"]["ok"] + st["reloads"]["rejected"] >= run.reloads_sent:
                             break
                         await trio.sleep(0.2)
@@ -300,7 +301,7 @@ class Soak:
         try:
             while trio.current_time() - began < hold:
                 await trio.sleep(0.5)
-                st = await self.state()
+                st = await self.status()
                 sinks: dict[str, Any] = (st or {}).get("sinks", {})
                 hook: dict[str, Any] = next((v for k, v in sinks.items() if k.startswith("webhook:")), {})
                 if hook.get("state") == "degraded" and hook.get("stateWritable") is False:
@@ -327,7 +328,7 @@ class Soak:
         await trio.sleep_until(at)
         async with self.lock:
             with trio.CancelScope(shield=True):
-                st = await self.state()
+                st = await self.status()
                 if st is not None:
                     self.run.reloads = dict(st["reloads"])
                 self.run.proc.send_signal(signal.SIGKILL)
@@ -405,7 +406,7 @@ class Soak:
         # Settle: nothing happens for a while; a task that keeps restarting shows it here.
         before = state["tasks"] if state else {}
         await trio.sleep(8)
-        after = await self.state() or {}
+        after = await self.status() or {}
         health = await self.get("/healthz")
         final = dict(after)
         self.run.reloads = dict(final.get("reloads", {}))
@@ -469,7 +470,7 @@ class Soak:
         state: dict[str, Any] | None = None
         while trio.current_time() < deadline:
             await trio.sleep(1)
-            state = await self.state()
+            state = await self.status()
             if state is None:
                 continue
             logged = [e for run in self.runs for e in parse_log(run.index, run.log_path)[0]]

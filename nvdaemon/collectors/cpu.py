@@ -3,6 +3,9 @@
 ``cpu``/``cpuN`` lines hold cumulative time per state in USER_HZ ticks (user nice system idle iowait irq softirq
 steal guest guest_nice). Percentages come from the delta between two ticks, so the collector keeps the previous
 line per CPU; ``guest``/``guest_nice`` are already included in ``user``/``nice`` and are left out of the total.
+``cpu_util_pct`` (device ``cpu`` for the aggregate line, ``cpu0``..``cpuN``) is the Go agent's: 100 * busy / (busy +
+idle) with busy = user+nice+system+irq+softirq+steal and idle = idle+iowait; the first tick is the baseline and
+emits no percentage. ``cpu_iowait_pct`` and ``cpu_steal_pct`` are ours, over the same denominator.
 ``ctxt``, ``intr`` (first number: all interrupts) and ``processes`` (forks since boot) are plain counters.
 """
 
@@ -101,15 +104,18 @@ class CpuCollector(Collector):
             if prev is None:
                 continue
             deltas = [cur - old for cur, old in zip(times, prev, strict=True)]
-            if any(d < 0 for d in deltas):
-                continue
-            total = sum(deltas)
-            if total == 0:
-                continue
+            # The Go agent's formula: busy = user+nice+system+irq+softirq+steal, idle = idle+iowait; a tick where
+            # either sum went backwards (counter reset) is skipped, a per-state dip inside a sum is not.
             idle = deltas[IDLE] + deltas[IOWAIT]
-            add("cpu_util_pct", cpu, 100.0 * (total - idle) / total)
-            add("cpu_iowait_pct", cpu, 100.0 * deltas[IOWAIT] / total)
-            add("cpu_steal_pct", cpu, 100.0 * deltas[STEAL] / total)
+            busy = sum(deltas) - idle
+            total = busy + idle
+            if busy < 0 or idle < 0 or total <= 0:
+                continue
+            add("cpu_util_pct", cpu, 100.0 * busy / total)
+            if deltas[IOWAIT] >= 0:
+                add("cpu_iowait_pct", cpu, 100.0 * deltas[IOWAIT] / total)
+            if deltas[STEAL] >= 0:
+                add("cpu_steal_pct", cpu, 100.0 * deltas[STEAL] / total)
         # Forget CPUs that went offline so a returning CPU starts from a fresh baseline.
         for gone in set(self._prev) - set(stat.times):
             del self._prev[gone]

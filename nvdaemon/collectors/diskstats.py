@@ -1,12 +1,16 @@
-"""Block device I/O counters from ``<proc>/diskstats``, whole disks only.
+"""Block device I/O counters from ``<proc>/diskstats``.
 
 Each line is ``major minor name`` then 11 fields (Linux < 4.18), 15 (adds 4 discard fields) or 17 (adds 2 flush
 fields): reads completed, reads merged, sectors read, ms reading, writes completed, writes merged, sectors
 written, ms writing, I/Os in progress, ms doing I/O, weighted ms, ... Sectors are always 512 bytes here,
 whatever the device's logical block size. Times are milliseconds, reported as seconds.
 
-A device is "whole" if ``<sys>/block/<name>`` exists (partitions live below their disk, not in /sys/block);
-without /sys/block a name heuristic decides. loop, ram, zram, sr and fd devices are always skipped.
+The Go agent's four counters (``disk_read_bytes_total``, ``disk_write_bytes_total``, ``disk_read_ios_total``,
+``disk_write_ios_total``) cover every line, partitions and loop devices included, as in Go: a rule or panel on
+``sda1`` keeps working. Our additional time and queue series cover whole disks only, so that they add no series for
+partitions and loop devices: a device is "whole" if ``<sys>/block/<name>`` exists (partitions live below their
+disk, not in /sys/block); without /sys/block a name heuristic decides. loop, ram, zram, sr and fd devices are never
+whole.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_table
 from nvdaemon.model import Kind, Sample
 
 _UINT = re.compile(r"[0-9]{1,25}", re.ASCII)  # bounded: int() refuses very long digit strings
@@ -24,13 +28,15 @@ _SKIP = re.compile(r"(?:loop|ram|zram|sr|fd)[0-9]*", re.ASCII)
 _WHOLE_BY_NAME = re.compile(r"(?:[shv]d[a-z]+|xvd[a-z]+|nvme[0-9]+n[0-9]+|mmcblk[0-9]+|md[0-9]+|dm-[0-9]+)", re.ASCII)
 
 # Field index (after the name) -> (metric, factor, divisor, kind); ms are divided, not multiplied by 0.001,
-# so that 1500 ms is exactly 1.5 s.
-_METRICS: dict[int, tuple[str, int, int, Kind]] = {
-    0: ("disk_reads_completed_total", 1, 1, Kind.COUNTER),
+# so that 1500 ms is exactly 1.5 s. GO_METRICS: every device (the Go agent's); WHOLE_METRICS: whole disks only.
+GO_METRICS: dict[int, tuple[str, int, int, Kind]] = {
+    0: ("disk_read_ios_total", 1, 1, Kind.COUNTER),
     2: ("disk_read_bytes_total", SECTOR, 1, Kind.COUNTER),
+    4: ("disk_write_ios_total", 1, 1, Kind.COUNTER),
+    6: ("disk_write_bytes_total", SECTOR, 1, Kind.COUNTER),
+}
+WHOLE_METRICS: dict[int, tuple[str, int, int, Kind]] = {
     3: ("disk_read_time_seconds_total", 1, 1000, Kind.COUNTER),
-    4: ("disk_writes_completed_total", 1, 1, Kind.COUNTER),
-    6: ("disk_written_bytes_total", SECTOR, 1, Kind.COUNTER),
     7: ("disk_write_time_seconds_total", 1, 1000, Kind.COUNTER),
     8: ("disk_io_in_progress", 1, 1, Kind.GAUGE),
     9: ("disk_io_time_seconds_total", 1, 1000, Kind.COUNTER),
@@ -44,7 +50,7 @@ class DiskStats:
 
 
 def read_diskstats(roots: HostRoots) -> str:
-    return read_text(roots.proc / "diskstats")
+    return read_table(roots.proc / "diskstats")
 
 
 def read_block_devices(roots: HostRoots) -> frozenset[str] | None:
@@ -93,13 +99,19 @@ class DiskStatsCollector(Collector):
     def gather(self, roots: HostRoots) -> Gathered:
         stats = parse_diskstats(read_diskstats(roots))  # NotPresent without /proc/diskstats
         block = read_block_devices(roots)
-        whole = {n: v for n, v in stats.devices.items() if is_whole_disk(n, block)}
-        return Gathered(whole, errors=list(stats.errors))
+        whole = frozenset(n for n in stats.devices if is_whole_disk(n, block))
+        return Gathered((stats.devices, whole), errors=list(stats.errors))
 
     def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
-        devices: dict[str, tuple[int, ...]] = gathered.data
-        return [
-            Sample(metric=metric, device=dev, value=values[i] * mul / div, kind=kind, tier="core", timestamp=now)
-            for dev, values in devices.items()
-            for i, (metric, mul, div, kind) in _METRICS.items()
-        ]
+        devices: dict[str, tuple[int, ...]]
+        whole: frozenset[str]
+        devices, whole = gathered.data
+        out: list[Sample] = []
+        for dev, values in devices.items():
+            table = (GO_METRICS, WHOLE_METRICS) if dev in whole else (GO_METRICS,)
+            out.extend(
+                Sample(metric=metric, device=dev, value=values[i] * mul / div, kind=kind, tier="core", timestamp=now)
+                for metrics in table
+                for i, (metric, mul, div, kind) in metrics.items()
+            )
+        return out

@@ -1,19 +1,25 @@
 """The gpu tier's collector: one NVML snapshot per GPU per tick, through the GPU runtime's backend.
 
 *gather* (worker thread, under the runtime's NVML limiter): device count, then a snapshot of every GPU; a lost GPU
-is noted, not fatal. *interpret* (event loop): samples per GPU (device ``gpu<index>``, labels ``gpu_uuid``,
-``gpu_model``, ``pci_bus_id``), ``gpu_lost`` transitions published through the runtime, and the XID counts.
+is noted, not fatal; a device count NVML cannot answer (the library stopped answering) marks every known GPU lost.
+*interpret* (event loop): samples per GPU (device ``gpu<index>``, labels ``gpu_uuid``, ``gpu_model``,
+``pci_bus_id``), ``gpu_lost`` transitions published through the runtime, and the XID counts.
 ``gpu_samples`` and ``decode_throttle`` are pure.
+
+Names, kinds and labels are the Go agent's 21 per GPU plus ``gpu_throttle_active{reason}`` (ECC counts aggregate,
+energy mJ / 1000). Two deliberate differences: a reading NVML does not support has no sample (Go reports 0, which
+would read as a real 0 °C or 0 W), and ``gpu_throttle_active`` is 0 for a non-benign reason that is not set (Go
+emits only the set ones) so that a rule on it sees the reason clear and EXITs instead of going stale.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent
 from nvdaemon.model import Kind, Sample, make_labels
-from nvdaemon.nvml import GpuIdentity, GpuLost, GpuSnapshot, device_name
+from nvdaemon.nvml import GpuIdentity, GpuLost, GpuSnapshot, NvmlFailure, device_name
 
 if TYPE_CHECKING:
     from nvdaemon.gpu import GpuRuntime
@@ -87,6 +93,11 @@ class _Lost:
     error: str
 
 
+@dataclass
+class _NvmlDown:
+    error: str
+
+
 class GpuCollector(Collector):
     name: ClassVar[str] = "nvml"
     tier: ClassVar[str] = "gpu"
@@ -100,7 +111,11 @@ class GpuCollector(Collector):
             raise NotPresent("NVML not opened")
         results: list[GpuSnapshot | _Lost] = []
         errors: list[str] = []
-        for index in range(rt.backend.device_count()):
+        try:
+            count = rt.backend.device_count()
+        except NvmlFailure as exc:  # not one GPU: the library itself; the runtime reports every GPU it knew
+            return Gathered(_NvmlDown(str(exc)), [str(exc)])
+        for index in range(count):
             try:
                 snap = rt.backend.snapshot(index)
             except GpuLost as exc:
@@ -110,10 +125,18 @@ class GpuCollector(Collector):
             errors.extend(snap.errors)
         return Gathered(results, errors)
 
+    def detail(self) -> dict[str, Any]:
+        """Pod attribution's state (``dcgmCompat.podAttribution``), when it runs."""
+        pa = self.runtime.pod_attribution if self.runtime is not None else None
+        return {"podAttribution": pa.status()} if pa is not None else {}
+
     def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
         rt = self.runtime
         assert rt is not None
         samples: list[Sample] = []
+        if isinstance(gathered.data, _NvmlDown):
+            rt.nvml_down(gathered.data.error, now)
+            return samples
         for item in gathered.data:
             if isinstance(item, _Lost):
                 rt.set_lost(rt.identity(item.index), True, now, item.error)

@@ -5,6 +5,11 @@ sensor attribute: ``temp1_input`` (millidegrees Celsius), ``temp1_crit`` (m°C),
 ``in0_input`` (millivolts), ``power1_input``/``power1_average`` (microwatts), ``curr1_input`` (milliamps) and
 an optional ``<sensor>_label``. Sick I2C/SMBus hardware makes single files fail with EIO, ENODATA or EAGAIN, so
 every file is read on its own and a failure costs only that sensor.
+
+Every series is named the Go agent's way: device ``hwmonN/<name file>/<sensor>`` (``hwmon0/coretemp/temp1``,
+``hwmon2/nct6775/fan1``), no further labels. ``temp_celsius`` and ``fan_rpm`` are the Go agent's; the rest are ours.
+A sensor's ``_label`` text (``Package id 0``) is not a label of those series (that would change the Go series'
+identity) but of its own ``hwmon_sensor_info{label}`` series, value 1, same device.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_attr
 from nvdaemon.model import Kind, Sample, make_labels
 
 Reader = Callable[[Path], str]
@@ -40,9 +45,14 @@ _METRICS: dict[tuple[str, str], tuple[str, int]] = {
 class Reading:
     chip: str  # the hwmonN directory name
     chip_name: str  # contents of its ``name`` file
-    sensor: str  # the sensor's label, or e.g. "temp1"
+    sensor: str  # e.g. "temp1"
     metric: str
     raw: int  # as the kernel reports it (milli/micro units)
+    label: str = ""  # contents of the sensor's ``_label`` file, if any
+
+    @property
+    def device(self) -> str:
+        return f"{self.chip}/{self.chip_name}/{self.sensor}"
 
 
 def parse_sensor_value(text: str) -> int:
@@ -95,10 +105,10 @@ def read_chip(chip: Path, read: Reader, problems: list[tuple[str, Exception]]) -
     readings: list[Reading] = []
     for (kind, num), attrs in sorted(sensors.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))):
         sensor = f"{kind}{num}"
-        label = sensor
+        label = ""
         if "label" in attrs:
             try:
-                label = read(home[kind, num] / f"{sensor}_label").strip() or sensor
+                label = read(home[kind, num] / f"{sensor}_label").strip()
             except (OSError, NotPresent) as exc:
                 problems.append((str(home[kind, num] / f"{sensor}_label"), exc))
         wanted = [a for a in ("input", "crit", "average") if a in attrs and (kind, a) in _METRICS]
@@ -111,7 +121,7 @@ def read_chip(chip: Path, read: Reader, problems: list[tuple[str, Exception]]) -
             except (OSError, NotPresent, ParseError) as exc:
                 problems.append((str(path), exc))
                 continue
-            readings.append(Reading(chip.name, name, label, _METRICS[kind, attr][0], raw))
+            readings.append(Reading(chip.name, name, sensor, _METRICS[kind, attr][0], raw, label))
     return readings
 
 
@@ -124,7 +134,7 @@ class HwmonCollector(Collector):
     name = "hwmon"
     tier = "core"
 
-    def __init__(self, read: Reader = read_text) -> None:
+    def __init__(self, read: Reader = read_attr) -> None:
         self._read = read  # injectable so tests can simulate EIO, which root can not get from a mode-000 file
 
     def gather(self, roots: HostRoots) -> Gathered:
@@ -149,15 +159,13 @@ class HwmonCollector(Collector):
     def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
         readings: list[Reading] = gathered.data
         divisor = dict(_METRICS.values())
-        return [
-            Sample(
-                metric=r.metric,
-                device=r.chip_name,
-                value=r.raw / divisor[r.metric],
-                kind=Kind.GAUGE,
-                labels=make_labels({"chip": r.chip, "sensor": r.sensor}),
-                tier="core",
-                timestamp=now,
-            )
+        out = [
+            Sample(metric=r.metric, device=r.device, value=r.raw / divisor[r.metric], tier="core", timestamp=now)
             for r in readings
         ]
+        labelled = {r.device: r.label for r in readings if r.label}
+        out.extend(
+            Sample("hwmon_sensor_info", device, 1.0, Kind.GAUGE, make_labels({"label": label}), "core", now)
+            for device, label in labelled.items()
+        )
+        return out

@@ -3,6 +3,10 @@
 Lines are ``Name:   value kB`` (kibibytes, converted to bytes here) or ``HugePages_Total:  0`` (a page count,
 kept as is). ``MemAvailable`` only exists since Linux 3.14: without it the available/used samples are omitted
 rather than guessed.
+
+The Go agent's four series (device ``mem``): ``mem_total_bytes``, ``mem_available_bytes``, ``mem_used_bytes``
+(MemTotal - MemAvailable) and ``swap_used_bytes`` (SwapTotal - SwapFree; absent without both swap lines). Every other
+memory-family series of ours uses the same device ``mem``, so a dashboard filtering ``device="mem"`` sees them all.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError,
 from nvdaemon.model import Kind, Sample
 
 _LINE = re.compile(r"([^\s:]+):\s*([0-9]{1,25})(?:\s+(kB))?\s*", re.ASCII)  # bounded digits: int() limit
+
+DEVICE = "mem"  # the Go agent's device for every memory series
 
 # meminfo key -> metric; each emitted only when its key is present.
 _DIRECT = {
@@ -66,15 +72,20 @@ class MemoryCollector(Collector):
 
     def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
         values: dict[str, int] = gathered.data.values
-        out = [
-            Sample(metric=metric, device="memory", value=float(values[key]), tier="core", timestamp=now)
-            for key, metric in _DIRECT.items()
-            if key in values
-        ]
+        out: list[Sample] = []
+
+        def add(metric: str, value: float) -> None:
+            out.append(Sample(metric=metric, device=DEVICE, value=value, kind=Kind.GAUGE, tier="core", timestamp=now))
+
+        for key, metric in _DIRECT.items():
+            if key in values:
+                add(metric, float(values[key]))
         total, available = values.get("MemTotal"), values.get("MemAvailable")
-        if total and available is not None:
-            used = 100.0 * (total - available) / total
-            out.append(
-                Sample(metric="mem_used_pct", device="memory", value=used, kind=Kind.GAUGE, tier="core", timestamp=now)
-            )
+        if total is not None and available is not None:
+            add("mem_used_bytes", float(total - available))
+            if total:
+                add("mem_used_pct", 100.0 * (total - available) / total)
+        swap_total, swap_free = values.get("SwapTotal"), values.get("SwapFree")
+        if swap_total is not None and swap_free is not None:
+            add("swap_used_bytes", float(swap_total - swap_free))
         return out

@@ -5,6 +5,10 @@ The averages are the percentage of wall time in which some (or all non-idle) tas
 10 s, 60 s and 300 s; ``total`` is the cumulative stall time in microseconds, reported as seconds. Old kernels
 print only ``some`` for cpu, newer ones a ``full`` line of zeros; ``irq`` (only ``full``) needs Linux 6.1 with
 CONFIG_IRQ_TIME_ACCOUNTING. Without CONFIG_PSI there is no /proc/pressure at all.
+
+Series are the Go agent's: ``psi_stall_ratio_avg10/avg60/avg300`` (gauges; the value is the kernel's *percent*
+despite the name) and ``psi_stall_seconds_total`` (counter), device the resource, label ``share`` = some/full.
+``irq`` is ours (Go reads cpu, memory and io only).
 """
 
 from __future__ import annotations
@@ -81,12 +85,12 @@ class PressureCollector(Collector):
         data: dict[str, dict[str, PsiLine]] = gathered.data
         out: list[Sample] = []
         for resource, lines in data.items():
-            for kind, psi in lines.items():
-                labels = make_labels({"kind": kind})
+            for share, psi in lines.items():
+                labels = make_labels({"share": share})
                 for metric, value, mkind in (
-                    ("psi_avg10_pct", psi.avg10, Kind.GAUGE),
-                    ("psi_avg60_pct", psi.avg60, Kind.GAUGE),
-                    ("psi_avg300_pct", psi.avg300, Kind.GAUGE),
+                    ("psi_stall_ratio_avg10", psi.avg10, Kind.GAUGE),
+                    ("psi_stall_ratio_avg60", psi.avg60, Kind.GAUGE),
+                    ("psi_stall_ratio_avg300", psi.avg300, Kind.GAUGE),
                     ("psi_stall_seconds_total", psi.total_us / 1_000_000, Kind.COUNTER),
                 ):
                     out.append(

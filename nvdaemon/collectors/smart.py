@@ -14,7 +14,7 @@ Devices are read by at most ``smart.maxConcurrent`` threads inside the one gathe
 never run 24 smartctl at once), and the gather's own time limit is derived from that (``read_timeout``).
 
 *Unreadable is not silent*: a device smartctl cannot open is logged once (per device and reason) with the reason
-and the fix, reported as ``nodevitals_smart_device_readable{device} 0``, listed in ``/v1/state`` and counted as a
+and the fix, reported as ``nodevitals_smart_device_readable{device} 0``, listed in ``/v1/status`` and counted as a
 collector error. Output that is garbage or cut short costs only that device (a counted parse error).
 """
 
@@ -98,7 +98,7 @@ class Outcome:
     device: str
     state: State
     report: DiskReport | None = None
-    reason: str = ""  # why it is not "ok", for logs and /v1/state
+    reason: str = ""  # why it is not "ok", for logs and /v1/status
     interface: str | None = None  # smartctl's -d type, once known (cached for later cycles)
 
     @property
@@ -170,52 +170,76 @@ def map_bounded(fn: Callable[[str], Outcome], items: Sequence[str], workers: int
 
 
 # ---- samples ----------------------------------------------------------------------------------------------------
-# (metric, kind, ATA attribute id) for the ATA attribute samples; raw counts.
-ATA_SAMPLES: tuple[tuple[str, Kind, int], ...] = (
-    ("smart_reallocated_sectors", Kind.COUNTER, 5),
-    ("smart_reported_uncorrectable", Kind.COUNTER, 187),
-    ("smart_command_timeout", Kind.COUNTER, 188),
-    ("smart_pending_sectors", Kind.GAUGE, 197),  # falls when a pending sector is rewritten or remapped
-    ("smart_offline_uncorrectable", Kind.GAUGE, 198),  # falls after a successful offline scan
+# (metric, ATA attribute id) for the ATA attribute samples; raw counts, each only when the disk has the attribute.
+ATA_SAMPLES: tuple[tuple[str, int], ...] = (
+    ("smart_reallocated_sectors", 5),
+    ("smart_reported_uncorrectable", 187),
+    ("smart_command_timeout", 188),
+    ("smart_pending_sectors", 197),
+    ("smart_offline_uncorrectable", 198),
 )
+PREFAIL = 0x1  # ATA attribute flag: pre-failure (as opposed to old-age)
+
+
+def health_passed(report: DiskReport) -> bool | None:
+    """SMART overall health the Go agent's way: NVMe ``critical_warning == 0``; ATA failed when a pre-failure
+    attribute with a threshold (0 = none defined) is at or below it, None when no such attribute exists; other
+    transports (SCSI, which Go does not read) smartctl's own self-assessment."""
+    if report.nvme is not None:
+        return report.nvme.critical_warning == 0
+    if report.protocol != "ATA":
+        return report.health_passed
+    judged = [a for a in report.attributes if a.flags & PREFAIL and a.thresh]
+    if not judged:
+        return None
+    return all(a.value > (a.thresh or 0) for a in judged)
 
 
 def samples_of(report: DiskReport, now: float) -> list[Sample]:
-    labels = make_labels(report.labels)
+    """The Go agent's smart-tier series (device the kernel name, no labels, every one a gauge, so no ``_total`` is
+    added to a name lacking it) plus ``smart_device_info{model,serial,firmware}`` 1, which is ours."""
     out: list[Sample] = []
 
-    def add(metric: str, value: float | int | None, kind: Kind = Kind.GAUGE) -> None:
+    def add(metric: str, value: float | int | None) -> None:
         if value is not None:
-            out.append(Sample(metric, report.device, float(value), kind, labels, "smart", now))
+            out.append(Sample(metric, report.device, float(value), Kind.GAUGE, (), "smart", now))
+
+    def positive(value: float | int | None) -> float | int | None:
+        return value if value is not None and value > 0 else None
 
     add("smart_temperature_celsius", report.temperature)
-    add("smart_power_on_hours", report.power_on_hours, Kind.COUNTER)
-    add("smart_power_cycles", report.power_cycles, Kind.COUNTER)
-    for metric, kind, attr_id in ATA_SAMPLES:
+    add("smart_power_on_hours", report.power_on_hours)
+    add("smart_power_cycles", report.power_cycles)
+    for metric, attr_id in ATA_SAMPLES:
         attr = report.attribute(attr_id)
-        add(metric, attr.raw if attr is not None else None, kind)
-    add("smart_health_passed", None if report.health_passed is None else int(report.health_passed))
-    add("smart_error_log_count", report.error_log_count, Kind.COUNTER)
-    add("smart_capacity_bytes", report.capacity_bytes)
+        add(metric, attr.raw if attr is not None else None)
+    passed = health_passed(report)
+    add("smart_health_passed", None if passed is None else int(passed))
+    add("smart_error_log_count", report.error_log_count)
+    add("smart_capacity_bytes", positive(report.capacity_bytes))
+    add("smart_logical_block_size_bytes", positive(report.logical_block_size))
+    add("smart_rotation_rate_rpm", positive(report.rotation_rate))  # 0: solid state or unreported
+    add("smart_interface_speed_bits_per_second", positive(report.interface_speed_current))
     if report.nvme is not None:
         nv = report.nvme
         add("nvme_percentage_used", nv.percentage_used)
         add("nvme_available_spare", nv.available_spare)
         add("nvme_available_spare_threshold", nv.available_spare_threshold)
-        add("nvme_media_errors", nv.media_errors, Kind.COUNTER)
+        add("nvme_media_errors", nv.media_errors)
         add("nvme_critical_warning", nv.critical_warning)
         # Data units are thousands of 512-byte units (NVMe base specification), exact where pySMART's bytes
         # figure is parsed back from smartctl's rounded "[12.0 TB]".
-        add("nvme_bytes_read_total", nv.data_units_read * 512_000, Kind.COUNTER)
-        add("nvme_bytes_written_total", nv.data_units_written * 512_000, Kind.COUNTER)
-        add("nvme_error_log_entries", nv.error_log_entries, Kind.COUNTER)
+        add("nvme_bytes_read_total", nv.data_units_read * 512_000)
+        add("nvme_bytes_written_total", nv.data_units_written * 512_000)
+        add("nvme_error_log_entries", nv.error_log_entries)
+    out.append(Sample("smart_device_info", report.device, 1.0, Kind.GAUGE, make_labels(report.labels), "smart", now))
     return out
 
 
 # ---- the collector ----------------------------------------------------------------------------------------------
 @dataclass
 class DeviceStatus:
-    """What /v1/state and the self metrics show per device."""
+    """What /v1/status and the self metrics show per device."""
 
     state: State
     reason: str = ""

@@ -1,32 +1,48 @@
 """XID and lost-GPU events. Pure: no I/O, no trio.
 
-XID severity (``XID_SEVERITY``): critical where the GPU needs a reset or the node a reboot (48 double-bit ECC,
-62 micro-controller halt, 64 row-remapper failure, 74 NVLink, 79 fallen off the bus, 95 uncontained ECC, 119/120
-GSP), info where the fault is the application's (13, 31, 43, 45), warning for every other code.
+XID severity, the one webhook and stream receivers see (``xid_severity``), is the Go agent's table
+(nodevitals-contract.md §3): info for 13, 31, 43 (the application's fault); warning for 63, 74, 92, 94 and every
+code it does not list; critical for 48, 64, 79, 95, 119, 120. Of the codes in our catalogue that Go leaves to
+"unknown", 62 (micro-controller halt) and 140 (unrecovered ECC) are critical, since the GPU needs a reset; 45 and
+61 stay warning. The rule for such codes: raise above Go's answer, never lower it, so a receiver that alerted on a
+severity under the Go agent still alerts. NVIDIA's recommended action and fatality are NVSentinel's business
+(``XID_CATALOGUE`` in nvdaemon/sinks/nvsentinel_xid.py, with its sources) and do not follow this table.
 """
 
 from __future__ import annotations
 
 from nvdaemon.model import Event, Phase, new_event_id
 from nvdaemon.nvml import GpuIdentity, XidNotice, device_name
-from nvdaemon.sinks.nvsentinel_map import XID_CONDITION, XID_DESCRIPTIONS
+from nvdaemon.sinks.nvsentinel_map import LOST_CONDITION, XID_CONDITION
+from nvdaemon.sinks.nvsentinel_xid import XID_DESCRIPTIONS
 
-LOST_CONDITION = "gpu_lost"
-XID_CRITICAL = frozenset({48, 62, 64, 74, 79, 95, 119, 120})
-XID_INFO = frozenset({13, 31, 43, 45})
+GO_XID_SEVERITY: dict[int, str] = {
+    **dict.fromkeys((13, 31, 43), "info"),
+    **dict.fromkeys((63, 74, 92, 94), "warning"),
+    **dict.fromkeys((48, 64, 79, 95, 119, 120), "critical"),
+}
+XID_SEVERITY: dict[int, str] = {**GO_XID_SEVERITY, 62: "critical", 140: "critical"}
+UNKNOWN_XID_SEVERITY = "warning"
 
 
 def xid_severity(xid: int) -> str:
-    if xid in XID_CRITICAL:
-        return "critical"
-    return "info" if xid in XID_INFO else "warning"
+    return XID_SEVERITY.get(xid, UNKNOWN_XID_SEVERITY)
 
 
 def xid_description(xid: int) -> str:
     return XID_DESCRIPTIONS.get(xid, "unknown XID")
 
 
-def xid_event(notice: XidNotice, ident: GpuIdentity, *, node: str, seq: int, now: float) -> Event:
+def with_pods(detail: dict[str, object], pods: list[dict[str, str]] | None) -> dict[str, object]:
+    """``detail.pods``, ``[{namespace, pod, container}]``, when pod attribution knows the holders (``[]``: none)."""
+    if pods is not None:
+        detail["pods"] = [dict(p) for p in pods]
+    return detail
+
+
+def xid_event(
+    notice: XidNotice, ident: GpuIdentity, *, node: str, seq: int, now: float, pods: list[dict[str, str]] | None = None
+) -> Event:
     return Event(
         id=new_event_id(now),
         node=node,
@@ -37,12 +53,15 @@ def xid_event(notice: XidNotice, ident: GpuIdentity, *, node: str, seq: int, now
         severity=xid_severity(notice.xid),
         seq=seq,
         started_at=now,
-        detail={
-            "xid": notice.xid,
-            "description": xid_description(notice.xid),
-            "gpu_uuid": ident.uuid,
-            "pci_bus_id": ident.pci_bus_id,
-        },
+        detail=with_pods(
+            {
+                "xid": notice.xid,
+                "description": xid_description(notice.xid),
+                "gpu_uuid": ident.uuid,
+                "pci_bus_id": ident.pci_bus_id,
+            },
+            pods,
+        ),
     )
 
 
@@ -55,10 +74,12 @@ def gpu_lost_event(
     started_at: float | None = None,
     recovered: bool = False,
     error: str = "",
+    pods: list[dict[str, str]] | None = None,
 ) -> Event:
     detail: dict[str, object] = {"gpu_uuid": ident.uuid, "pci_bus_id": ident.pci_bus_id}
     if error:
         detail["error"] = error
+    with_pods(detail, pods)
     return Event(
         id=new_event_id(now),
         node=node,

@@ -15,13 +15,15 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from nvdaemon.bus import EventBus
-from nvdaemon.config import HistoryConfig
+from nvdaemon.config import HistoryConfig, LoadedConfig
+from nvdaemon.goconfig import HISTORY_FILE_IN_DATA_DIR
 from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist, window_end
 from nvdaemon.sinks import Sink
 
@@ -48,7 +50,7 @@ class HistorySink(Sink):
         self.agent = agent
         self.config = config
         self.wall = wall
-        self.path = agent.loaded.state_dir / "history.db"
+        self.path = history_path(agent.loaded)
         self.windows = Windows(config.interval_minutes * 60, allowlist(config.metrics))
         self.store: HistoryStore | None = None
         self.limiter = trio.CapacityLimiter(1)
@@ -199,6 +201,12 @@ class HistorySink(Sink):
             "lastError": self.last_error,
             "quarantined": self.quarantined,
         }
+
+
+def history_path(loaded: LoadedConfig) -> Path:
+    """``history.dataDir`` (the Go agent's key) when set, else the state directory, holds the database."""
+    data_dir = loaded.config.history.data_dir
+    return Path(data_dir) / HISTORY_FILE_IN_DATA_DIR if data_dir else loaded.state_dir / "history.db"
 
 
 def build(agent: Agent) -> list[Sink]:

@@ -2,10 +2,19 @@
 
 Hardware samples are exposed as ``nodevitals_hw_<metric>{node,tier,device,<labels sorted>}``. The text is rendered
 once per change (a new snapshot or new events) and served from that cache: a scrape storm costs one render.
+
+Two self metrics carry the Go agent's label sets exactly (nodevitals-contract.md §2):
+``nodevitals_events_total{node,tier,device,condition,severity,phase,xid}`` counts emitted events (``xid`` empty but
+for XIDs); ``nodevitals_delivery_dropped_total{sink}`` counts the events each sink lost, summed over reasons: for a
+webhook, ``sink`` is ``webhook:<scheme>://<host[:port]>`` as Go writes it (path, query and credentials cut) and the
+count is its spool drops and dead letters plus what it lost on the bus; for the stream hub, NVSentinel and history,
+``sink`` is the sink's name and the count what it lost on the bus. The counts start again when a sink is rebuilt
+(a reload that changed it), which Prometheus reads as a counter reset.
 """
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -19,7 +28,8 @@ from nvdaemon.catalogue import help_for
 from nvdaemon.compat.dcgm import render_dcgm
 from nvdaemon.compat.node_exporter.surface import render_node_exporter
 from nvdaemon.compat.smartctl import render_smartctl
-from nvdaemon.model import Kind
+from nvdaemon.gpu.podresources import podresources_metrics
+from nvdaemon.model import COUNT_LABELS, Kind
 from nvdaemon.server.smart_metrics import smart_self_metrics
 
 if TYPE_CHECKING:
@@ -27,6 +37,15 @@ if TYPE_CHECKING:
 
 PREFIX = "nodevitals_hw_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def exposed_as_counter(metric: str, kind: Kind) -> bool:
+    """TYPE counter only for a counter sample whose name already ends in ``_total``.
+
+    prometheus_client appends ``_total`` to a counter family's samples, which would rename a series (the Go agent
+    never does: its smart tier's ``smart_power_on_hours`` is a gauge); any other sample is exposed as a gauge.
+    """
+    return kind is Kind.COUNTER and metric.endswith("_total")
 
 
 class SnapshotCollector(Collector):
@@ -45,7 +64,7 @@ class SnapshotCollector(Collector):
                 fam = families.get(s.metric)
                 if fam is None:
                     name = PREFIX + s.metric
-                    fam_cls = CounterMetricFamily if s.kind is Kind.COUNTER else GaugeMetricFamily
+                    fam_cls = CounterMetricFamily if exposed_as_counter(s.metric, s.kind) else GaugeMetricFamily
                     fam = fam_cls(
                         name, help_for(s.metric), labels=["node", "tier", "device", *(k for k, _ in s.labels)]
                     )
@@ -81,13 +100,13 @@ class SnapshotCollector(Collector):
         yield from (success, present, duration, errors)
         # nodevitals_smart_device_readable{device}: a disk the smart tier could not read is not silent.
         yield from smart_self_metrics(agent.snapshots)
+        yield from podresources_metrics(agent)  # GPU pod attribution: kubelet reachable, failures by reason
 
-        events = CounterMetricFamily(
-            "nodevitals_events", "Events emitted, by transition.", labels=["tier", "condition", "severity", "phase"]
-        )
-        for (tier, condition, severity, phase), n in sorted(agent.event_counts.items()):
-            events.add_metric([tier, condition, severity, phase], n)
+        events = CounterMetricFamily("nodevitals_events", "Events emitted, by transition.", labels=list(COUNT_LABELS))
+        for event_key, n in sorted(agent.event_counts.items()):
+            events.add_metric(list(event_key), n)
         yield events
+        yield delivery_dropped(agent)
         dropped = CounterMetricFamily(
             "nodevitals_bus_dropped", "Events a subscriber lost because its channel was full.", labels=["subscriber"]
         )
@@ -115,6 +134,18 @@ class SnapshotCollector(Collector):
                 restarts.add_metric([name], task.restarts)
                 up.add_metric([name], 1.0 if task.state == "running" else 0.0)
             yield from (restarts, up)
+        reloads = CounterMetricFamily(
+            "nodevitals_config_reloads",
+            "Config reloads (SIGHUP) by result: ok, or rejected (the running config kept).",
+            labels=["result"],
+        )
+        reloads.add_metric(["ok"], agent.reloads)
+        reloads.add_metric(["rejected"], agent.reload_failures)
+        last_ok = GaugeMetricFamily(
+            "nodevitals_config_last_reload_successful", "0 if the last reload was rejected, else 1."
+        )
+        last_ok.add_metric([], 1.0 if agent.last_reload_ok else 0.0)
+        yield from (reloads, last_ok)
         writable = GaugeMetricFamily(
             "nodevitals_sink_state_writable",
             "1 if the sink's last write to stateDir succeeded, 0 while stateDir refuses it (full, read-only).",
@@ -125,11 +156,46 @@ class SnapshotCollector(Collector):
                 writable.add_metric([name], 1.0 if ok else 0.0)
         if writable.samples:  # only where a sink keeps state (the webhook spool)
             yield writable
+        # Several webhook endpoints each report the same families: one family per name, or the exposition is invalid.
+        merged: dict[str, Metric] = {}
         for sink in agent.sinks.values():
-            yield from sink.metrics()
+            for fam in sink.metrics():
+                if (first := merged.setdefault(fam.name, fam)) is not fam:
+                    first.samples.extend(fam.samples)
+        yield from merged.values()
         info = GaugeMetricFamily("nodevitals_build_info", "Version of the agent; always 1.", labels=["version"])
         info.add_metric([__version__], 1.0)
         yield info
+
+
+def go_sink_label(url: str) -> str:
+    """``webhook:<scheme>://<host>`` as the Go agent names an endpoint: Go's ``url.URL.Host``, so the port stays
+    when the URL has one and the host keeps its spelling; userinfo, path, query and fragment are cut."""
+    parts = urllib.parse.urlsplit(url)
+    return f"webhook:{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+
+
+def delivery_dropped(agent: Agent) -> CounterMetricFamily:
+    """``nodevitals_delivery_dropped_total{sink}``: one row per sink, zeros included (see the module docstring)."""
+    totals: dict[str, float] = {}
+    for name, sink in agent.sinks.items():
+        label, lost = name, float(agent.bus.drop_totals.get(name, 0))
+        if name.startswith("webhook:"):
+            from nvdaemon.sinks.webhook import WebhookEndpoint  # already loaded: the sink was built from it
+
+            if isinstance(sink, WebhookEndpoint):
+                label = go_sink_label(sink.hook.url)
+                lost += sum(sink.dropped.values())
+        # Two endpoints on one host share a Go label, as they share Go's counter.
+        totals[label] = totals.get(label, 0.0) + lost
+    fam = CounterMetricFamily(
+        "nodevitals_delivery_dropped",
+        "Events a sink dropped: spool overflow, dead letters and bus overflow, summed over reasons.",
+        labels=["sink"],
+    )
+    for label, n in sorted(totals.items()):
+        fam.add_metric([label], n)
+    return fam
 
 
 class MetricsCache:

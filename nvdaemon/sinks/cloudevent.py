@@ -5,20 +5,20 @@
 - binary: the attributes travel as ``ce-*`` headers (percent-encoded as the HTTP binding says), the body is the
   event itself as ``application/json``.
 
-Attributes: ``specversion`` 1.0, ``type`` ``com.nodevitals.hw.event.v1``, ``source`` ``nodevitals/<node>``, ``id``
-the event id (stable across retries, and the ``webhook-id``), ``time`` when the transition happened (RFC 3339, UTC,
-milliseconds: ``ended_at`` for an EXIT that has one, else ``started_at``), ``subject`` ``<device>/<condition>``,
-``datacontenttype`` ``application/json``.
+Attributes, as the Go agent sends them (nodevitals-contract.md §3): ``specversion`` 1.0, ``type``
+``com.nodevitals.hw.event.v1``, ``source`` ``nodevitals/<node>``, ``id`` the event id (stable across retries, and the
+``webhook-id``), ``time`` when the transition happened (``ended_at`` for an EXIT that has one, else ``started_at``),
+``datacontenttype`` ``application/json``; no ``subject``. ``data`` is ``Event.wire()``. Every time is RFC 3339 in
+UTC, as Go writes a time (``model.rfc3339``).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any, Literal
 
 import msgspec
 
-from nvdaemon.model import Event, Phase
+from nvdaemon.model import Event, Phase, rfc3339
 
 SPECVERSION = "1.0"
 TYPE = "com.nodevitals.hw.event.v1"
@@ -28,10 +28,6 @@ Mode = Literal["structured", "binary"]
 
 # HTTP binding 1.0.2 §3.1.3.2: printable ASCII except space, double quote and percent travels as is.
 _SAFE = frozenset(chr(c) for c in range(0x21, 0x7F)) - {'"', "%"}
-
-
-def rfc3339(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def event_time(event: Event) -> float:
@@ -48,14 +44,8 @@ def attributes(event: Event) -> dict[str, str]:
         "source": f"nodevitals/{event.node}",
         "id": event.id,
         "time": rfc3339(event_time(event)),
-        "subject": f"{event.device}/{event.condition}",
         "datacontenttype": JSON_CONTENT_TYPE,
     }
-
-
-def event_data(event: Event) -> dict[str, Any]:
-    data: dict[str, Any] = msgspec.to_builtins(event)
-    return data
 
 
 def percent_encode(value: str) -> str:
@@ -75,6 +65,6 @@ def encode(event: Event, mode: Mode = "structured") -> tuple[dict[str, str], byt
     if mode == "binary":
         headers = {"content-type": JSON_CONTENT_TYPE}
         headers |= {f"ce-{k}": percent_encode(v) for k, v in attrs.items() if k != "datacontenttype"}
-        return headers, msgspec.json.encode(event_data(event))
-    envelope: dict[str, Any] = {**attrs, "data": event_data(event)}
+        return headers, msgspec.json.encode(event.wire())
+    envelope: dict[str, Any] = {**attrs, "data": event.wire()}
     return {"content-type": STRUCTURED_CONTENT_TYPE}, msgspec.json.encode(envelope)

@@ -98,6 +98,32 @@ def test_backwards_counter_is_skipped_and_rebaselined(healthy_copy: HostRoots) -
     assert value(samples, "cpu_util_pct", "cpu1") == pytest.approx(30.0)
 
 
+def test_go_agent_example(tmp_path: Path) -> None:
+    """The Go agent's own test values: ``cpu 100 0 100 800`` then ``400 0 200 1200`` give 50 %."""
+    roots = HostRoots.under(tmp_path)
+    roots.proc.mkdir()
+    collector = CpuCollector()
+    (roots.proc / "stat").write_text("cpu 100 0 100 800\ncpu0 100 0 100 800\n")
+    assert not [s for s in tick(collector, roots, 1.0) if s.metric in UTIL]  # the first tick is the baseline
+    (roots.proc / "stat").write_text("cpu 400 0 200 1200\ncpu0 400 0 200 1200\n")
+    samples = tick(collector, roots, 2.0)
+    assert value(samples, "cpu_util_pct", "cpu") == 50.0
+    assert value(samples, "cpu_util_pct", "cpu0") == 50.0
+
+
+def test_a_dip_inside_the_idle_sum_still_counts(healthy_copy: HostRoots) -> None:
+    """iowait can step back on some kernels; as in Go only the busy and idle sums must not go backwards."""
+    stat = healthy_copy.proc / "stat"
+    collector = CpuCollector()
+    tick(collector, healthy_copy, 1.0)
+    # cpu0: user+50, idle+60, iowait-10 -> busy 50, idle 50.
+    stat.write_text(bump(stat.read_text(), {"cpu0": [50, 0, 0, 60, -10]}))
+    samples = tick(collector, healthy_copy, 2.0)
+    assert value(samples, "cpu_util_pct", "cpu0") == pytest.approx(50.0)
+    assert "cpu0" not in devices(samples, "cpu_iowait_pct")  # no negative percentage of ours either
+    assert value(samples, "cpu_steal_pct", "cpu0") == 0.0
+
+
 def test_identical_ticks_give_no_utilisation(healthy_copy: HostRoots) -> None:
     collector = CpuCollector()
     tick(collector, healthy_copy, 1.0)

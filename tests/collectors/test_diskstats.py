@@ -14,18 +14,28 @@ from nvdaemon.model import Kind
 from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, devices, find, fixture_text, value
 
 WHOLE = {"nvme0n1", "sda", "dm-0"}
+EVERY = WHOLE | {"nvme0n1p1", "nvme0n1p2", "sda1", "loop0"}
+GO = ("disk_read_bytes_total", "disk_write_bytes_total", "disk_read_ios_total", "disk_write_ios_total")
+OURS = ("disk_read_time_seconds_total", "disk_write_time_seconds_total", "disk_io_time_seconds_total")
 
 
-def test_healthy_whole_disks_only() -> None:
+def test_go_counters_on_every_line_ours_on_whole_disks() -> None:
     gathered, samples = collect(DiskStatsCollector(), HEALTHY)
     assert gathered.errors == []
-    # Partitions are not in /sys/block; loop0 is, but is skipped by name.
-    assert {s.device for s in samples} == WHOLE
+    # The Go agent's four counters: every /proc/diskstats line, as in Go.
+    for metric in GO:
+        assert devices(samples, metric) == EVERY, metric
+    # Ours: whole disks (partitions are not in /sys/block; loop0 is, but is skipped by name).
+    for metric in (*OURS, "disk_io_in_progress"):
+        assert devices(samples, metric) == WHOLE, metric
+    assert value(samples, "disk_read_ios_total", "sda1") == 123000
+    assert value(samples, "disk_write_bytes_total", "loop0") == 0
+    assert value(samples, "disk_read_bytes_total", "loop0") == 2234 * 512
     # nvme0n1: a 20-field line.
-    assert value(samples, "disk_reads_completed_total", "nvme0n1") == 2345678
+    assert value(samples, "disk_read_ios_total", "nvme0n1") == 2345678
     assert value(samples, "disk_read_bytes_total", "nvme0n1") == 187654321 * 512
-    assert value(samples, "disk_written_bytes_total", "nvme0n1") == 298765432 * 512
-    assert value(samples, "disk_writes_completed_total", "nvme0n1") == 3456789
+    assert value(samples, "disk_write_bytes_total", "nvme0n1") == 298765432 * 512
+    assert value(samples, "disk_write_ios_total", "nvme0n1") == 3456789
     assert value(samples, "disk_read_time_seconds_total", "nvme0n1") == 456.789
     assert value(samples, "disk_write_time_seconds_total", "nvme0n1") == 1234.567
     assert value(samples, "disk_io_time_seconds_total", "nvme0n1") == 987.654
@@ -35,7 +45,7 @@ def test_healthy_whole_disks_only() -> None:
     # sda: a 14-field line; dm-0: an 18-field line.
     assert value(samples, "disk_read_bytes_total", "sda") == 23456789 * 512
     assert value(samples, "disk_io_time_seconds_total", "sda") == 65.432
-    assert value(samples, "disk_writes_completed_total", "dm-0") == 3690000
+    assert value(samples, "disk_write_ios_total", "dm-0") == 3690000
     assert value(samples, "disk_io_time_seconds_total", "dm-0") == 990.0
 
 
@@ -47,7 +57,8 @@ def test_faulty_queue() -> None:
 def test_name_heuristic_without_sys_block(healthy_copy: HostRoots) -> None:
     shutil.rmtree(healthy_copy.sys / "block")
     _, samples = collect(DiskStatsCollector(), healthy_copy)
-    assert devices(samples, "disk_read_bytes_total") == WHOLE
+    assert devices(samples, "disk_io_time_seconds_total") == WHOLE
+    assert devices(samples, "disk_read_bytes_total") == EVERY
 
 
 @pytest.mark.parametrize(
@@ -90,7 +101,7 @@ def test_malformed_line_keeps_the_others(healthy_copy: HostRoots) -> None:
     gathered, samples = collect(DiskStatsCollector(), healthy_copy)
     assert len(gathered.errors) == 1
     assert "/proc/diskstats" in gathered.errors[0] and "sda" in gathered.errors[0]
-    assert {s.device for s in samples} == {"nvme0n1", "dm-0"}
+    assert {s.device for s in samples} == EVERY - {"sda"}
 
 
 def test_wrong_field_count_is_malformed() -> None:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.base import Gathered, HostRoots, NotPresent, ParseError
 from nvdaemon.collectors.memory import MemoryCollector, parse_meminfo
 from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, fixture_text, value
 
@@ -23,24 +23,44 @@ def _drop_line(roots: HostRoots, key: str) -> None:
 def test_healthy() -> None:
     gathered, samples = collect(MemoryCollector(), HEALTHY)
     assert gathered.errors == []
-    assert value(samples, "mem_total_bytes", "memory") == 65844004 * KIB
-    assert value(samples, "mem_free_bytes", "memory") == 38127456 * KIB
-    assert value(samples, "mem_available_bytes", "memory") == 55019844 * KIB
-    assert value(samples, "mem_buffers_bytes", "memory") == 612340 * KIB
-    assert value(samples, "mem_cached_bytes", "memory") == 16254876 * KIB
-    assert value(samples, "swap_total_bytes", "memory") == 8388604 * KIB
-    assert value(samples, "swap_free_bytes", "memory") == 8388604 * KIB
-    assert value(samples, "mem_dirty_bytes", "memory") == 1284 * KIB
-    assert value(samples, "mem_hardware_corrupted_bytes", "memory") == 0
-    assert value(samples, "mem_used_pct", "memory") == pytest.approx(100 * (65844004 - 55019844) / 65844004)
-    assert len(samples) == 10
+    assert value(samples, "mem_total_bytes", "mem") == 65844004 * KIB
+    assert value(samples, "mem_free_bytes", "mem") == 38127456 * KIB
+    assert value(samples, "mem_available_bytes", "mem") == 55019844 * KIB
+    assert value(samples, "mem_buffers_bytes", "mem") == 612340 * KIB
+    assert value(samples, "mem_cached_bytes", "mem") == 16254876 * KIB
+    assert value(samples, "swap_total_bytes", "mem") == 8388604 * KIB
+    assert value(samples, "swap_free_bytes", "mem") == 8388604 * KIB
+    assert value(samples, "mem_dirty_bytes", "mem") == 1284 * KIB
+    assert value(samples, "mem_hardware_corrupted_bytes", "mem") == 0
+    assert value(samples, "mem_used_pct", "mem") == pytest.approx(100 * (65844004 - 55019844) / 65844004)
+    assert value(samples, "mem_used_bytes", "mem") == (65844004 - 55019844) * KIB
+    assert value(samples, "swap_used_bytes", "mem") == 0
+    assert len(samples) == 12
+    assert {s.device for s in samples} == {"mem"}
 
 
 def test_faulty_has_little_available_and_corrupted_pages() -> None:
     _, samples = collect(MemoryCollector(), FAULTY)
-    assert value(samples, "mem_available_bytes", "memory") == 1975320 * KIB
-    assert value(samples, "mem_used_pct", "memory") == pytest.approx(97.0, abs=0.01)
-    assert value(samples, "mem_hardware_corrupted_bytes", "memory") == 4 * KIB
+    assert value(samples, "mem_available_bytes", "mem") == 1975320 * KIB
+    assert value(samples, "mem_used_pct", "mem") == pytest.approx(97.0, abs=0.01)
+    assert value(samples, "mem_hardware_corrupted_bytes", "mem") == 4 * KIB
+    assert value(samples, "swap_used_bytes", "mem") == (8388604 - 1048576) * KIB
+
+
+def test_go_agent_values() -> None:
+    """The Go agent's own test host: 16000000/8000000 kB with swap 4000000/3000000."""
+    text = "MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\nSwapTotal: 4000000 kB\nSwapFree: 3000000 kB\n"
+    samples = MemoryCollector().interpret(Gathered(parse_meminfo(text)), 0.0)
+    assert value(samples, "mem_used_bytes", "mem") == 8000000 * KIB
+    assert value(samples, "swap_used_bytes", "mem") == 1000000 * KIB
+
+
+@pytest.mark.parametrize("line", ["SwapTotal", "SwapFree"])
+def test_swap_used_absent_without_both_swap_lines(healthy_copy: HostRoots, line: str) -> None:
+    _drop_line(healthy_copy, line)
+    _, samples = collect(MemoryCollector(), healthy_copy)
+    assert "swap_used_bytes" not in {s.metric for s in samples}
+    assert value(samples, "mem_used_bytes", "mem") == (65844004 - 55019844) * KIB
 
 
 def test_old_kernel_without_memavailable(healthy_copy: HostRoots) -> None:
@@ -49,7 +69,8 @@ def test_old_kernel_without_memavailable(healthy_copy: HostRoots) -> None:
     metrics = {s.metric for s in samples}
     assert "mem_available_bytes" not in metrics
     assert "mem_used_pct" not in metrics
-    assert value(samples, "mem_total_bytes", "memory") == 65844004 * KIB
+    assert "mem_used_bytes" not in metrics
+    assert value(samples, "mem_total_bytes", "mem") == 65844004 * KIB
 
 
 def test_hardware_corrupted_only_when_present(healthy_copy: HostRoots) -> None:
@@ -64,7 +85,7 @@ def test_malformed_line_is_an_error_but_the_rest_survives(healthy_copy: HostRoot
     gathered, samples = collect(MemoryCollector(), healthy_copy)
     assert len(gathered.errors) == 1 and "/proc/meminfo" in gathered.errors[0] and "Buffers" in gathered.errors[0]
     assert "mem_buffers_bytes" not in {s.metric for s in samples}
-    assert value(samples, "mem_cached_bytes", "memory") == 16254876 * KIB
+    assert value(samples, "mem_cached_bytes", "mem") == 16254876 * KIB
 
 
 def test_page_counts_are_not_scaled() -> None:

@@ -16,34 +16,34 @@ from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, devices
 def test_healthy() -> None:
     gathered, samples = collect(PressureCollector(), HEALTHY)
     assert gathered.errors == []
-    assert devices(samples, "psi_avg10_pct") == {"cpu", "memory", "io"}  # no irq file on this host
-    assert value(samples, "psi_avg10_pct", "cpu", kind="some") == 0.52
-    assert value(samples, "psi_avg300_pct", "cpu", kind="some") == 0.31
-    assert value(samples, "psi_avg10_pct", "cpu", kind="full") == 0.0  # newer kernels: a full line of zeros
-    assert value(samples, "psi_avg10_pct", "io", kind="full") == 0.06
-    stall = find(samples, "psi_stall_seconds_total", "memory", kind="some")
+    assert devices(samples, "psi_stall_ratio_avg10") == {"cpu", "memory", "io"}  # no irq file on this host
+    assert value(samples, "psi_stall_ratio_avg10", "cpu", share="some") == 0.52
+    assert value(samples, "psi_stall_ratio_avg300", "cpu", share="some") == 0.31
+    assert value(samples, "psi_stall_ratio_avg10", "cpu", share="full") == 0.0  # newer kernels: a full line of zeros
+    assert value(samples, "psi_stall_ratio_avg10", "io", share="full") == 0.06
+    stall = find(samples, "psi_stall_seconds_total", "memory", share="some")
     assert stall.value == pytest.approx(2.345678)
     assert stall.kind is Kind.COUNTER
-    assert find(samples, "psi_avg60_pct", "io", kind="some").kind is Kind.GAUGE
+    assert find(samples, "psi_stall_ratio_avg60", "io", share="some").kind is Kind.GAUGE
     assert len(samples) == 3 * 2 * 4
 
 
 def test_faulty_memory_and_io_pressure() -> None:
     _, samples = collect(PressureCollector(), FAULTY)
-    assert value(samples, "psi_avg10_pct", "memory", kind="some") == 35.12
-    assert value(samples, "psi_avg10_pct", "io", kind="some") == 40.25
-    assert value(samples, "psi_avg10_pct", "io", kind="full") == 25.37
-    assert value(samples, "psi_stall_seconds_total", "io", kind="full") == pytest.approx(1234.56789)
+    assert value(samples, "psi_stall_ratio_avg10", "memory", share="some") == 35.12
+    assert value(samples, "psi_stall_ratio_avg10", "io", share="some") == 40.25
+    assert value(samples, "psi_stall_ratio_avg10", "io", share="full") == 25.37
+    assert value(samples, "psi_stall_seconds_total", "io", share="full") == pytest.approx(1234.56789)
     # Old-kernel cpu file: only a some line. irq: only a full line.
-    assert {dict(s.labels)["kind"] for s in samples if s.device == "cpu"} == {"some"}
-    assert value(samples, "psi_stall_seconds_total", "irq", kind="full") == pytest.approx(0.012345)
+    assert {dict(s.labels)["share"] for s in samples if s.device == "cpu"} == {"some"}
+    assert value(samples, "psi_stall_seconds_total", "irq", share="full") == pytest.approx(0.012345)
 
 
 def test_one_malformed_file_keeps_the_others(healthy_copy: HostRoots) -> None:
     (healthy_copy.proc / "pressure" / "memory").write_text("some avg10=lots\n")
     gathered, samples = collect(PressureCollector(), healthy_copy)
     assert len(gathered.errors) == 1 and "pressure/memory" in gathered.errors[0]
-    assert devices(samples, "psi_avg10_pct") == {"cpu", "io"}
+    assert devices(samples, "psi_stall_ratio_avg10") == {"cpu", "io"}
 
 
 def test_truncated_file_is_an_error(healthy_copy: HostRoots) -> None:

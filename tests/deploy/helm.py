@@ -118,3 +118,30 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     for k, v in over.items():
         out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+def notes(tmp_path: Path, values: dict[str, Any]) -> str:
+    """NOTES.txt as helm renders it (helm template skips NOTES and `install --dry-run` wants a cluster): a copy of the
+    chart renders it through `tpl` into a ConfigMap."""
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
+        'data:\n  notes: |\n    {{- tpl (.Files.Get "notes.txt") . | nindent 4 }}\n'
+    )
+    (chart / "values.override.yaml").write_text(json.dumps(values))
+    proc = run_helm(
+        "template",
+        RELEASE,
+        str(chart),
+        "--namespace",
+        NAMESPACE,
+        "-f",
+        str(chart / "values.override.yaml"),
+        "--show-only",
+        "templates/zz-notes.yaml",
+    )
+    assert proc.returncode == 0, proc.stderr
+    text: str = yaml.safe_load(proc.stdout)["data"]["notes"]
+    return text

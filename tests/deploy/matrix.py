@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
+
+GO_VALUES = Path(__file__).resolve().parents[1] / "migration" / "go-values.yaml"  # the Go chart's values.yaml (0.8.6)
 
 SECRET_A = "whsec_" + base64.b64encode(b"nvdaemon-chart-test-secret-AAAA!").decode()
 SECRET_B = "whsec_" + base64.b64encode(b"nvdaemon-chart-test-secret-BBBB!").decode()

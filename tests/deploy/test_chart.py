@@ -17,10 +17,11 @@ import pytest
 import yaml
 
 from tests.deploy import helm
-from tests.deploy.helm import CHART, NAMESPACE, Rendered, agent, deep_merge, mounts, pod_spec, render
+from tests.deploy.helm import CHART, NAMESPACE, Rendered, agent, deep_merge, mounts, notes, pod_spec, render
 from tests.deploy.matrix import (
     ALL_TIERS,
     EXISTING_SECRET,
+    HISTORY,
     MATRIX,
     NODE_EXPORTER,
     NVSENTINEL,
@@ -290,10 +291,11 @@ def test_mounts_match_the_paths_the_config_names(case: str) -> None:
             if key in config:
                 assert m[config[key]]["volume"]["hostPath"]["path"] == host
                 assert m[config[key]]["readOnly"] is True
-        if "rootfs" in config:  # the node_exporter drop-in's host root
-            assert m[config["rootfs"]]["volume"]["hostPath"] == {"path": "/", "type": "Directory"}
-            assert m[config["rootfs"]]["readOnly"] is True
-            assert m[config["rootfs"]]["mountPropagation"] == "HostToContainer"
+        rootfs = config.get("nodeExporter", {}).get("rootfsPath")
+        if rootfs:  # the node_exporter drop-in's host root
+            assert m[rootfs]["volume"]["hostPath"] == {"path": "/", "type": "Directory"}
+            assert m[rootfs]["readOnly"] is True
+            assert m[rootfs]["mountPropagation"] == "HostToContainer"
         textfile = config.get("nodeExporter", {}).get("textfileDirectory")
         if textfile:
             assert m[textfile]["volume"]["hostPath"] == {"path": textfile, "type": "DirectoryOrCreate"}
@@ -451,49 +453,22 @@ def test_values_schema_rejects_typos(bad: dict[str, Any]) -> None:
         render(bad)
 
 
-def _notes(tmp_path: Path, values: dict[str, Any]) -> str:
-    """NOTES.txt as helm renders it (helm template skips NOTES and `install --dry-run` wants a cluster): a copy of the
-    chart renders it through `tpl` into a ConfigMap."""
-    chart = tmp_path / "chart"
-    shutil.copytree(CHART, chart)
-    (chart / "notes.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
-    (chart / "templates" / "zz-notes.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\n"
-        'data:\n  notes: |\n    {{- tpl (.Files.Get "notes.txt") . | nindent 4 }}\n'
-    )
-    (chart / "values.override.yaml").write_text(json.dumps(values))
-    proc = helm.run_helm(
-        "template",
-        helm.RELEASE,
-        str(chart),
-        "--namespace",
-        NAMESPACE,
-        "-f",
-        str(chart / "values.override.yaml"),
-        "--show-only",
-        "templates/zz-notes.yaml",
-    )
-    assert proc.returncode == 0, proc.stderr
-    notes: str = yaml.safe_load(proc.stdout)["data"]["notes"]
-    return notes
-
-
 def test_notes_give_pod_security_guidance_per_tier(tmp_path: Path) -> None:
-    notes = _notes(tmp_path, {**ALL_TIERS, **NVSENTINEL})
+    text = notes(tmp_path, {**ALL_TIERS, **NVSENTINEL})
     for word in ("core:", "smart:", "gpu:", "Baseline", "Restricted", "CAP_SYS_RAWIO", "RuntimeClass", "NVSentinel"):
-        assert word in notes
-    assert "kubectl label namespace nvdaemon-system pod-security.kubernetes.io/enforce=privileged" in notes
-    assert "DaemonSet nv-nvdaemon-smart (tiers: smart)" in notes
-    assert "metrics.apiToken.existingSecret" in notes
-    assert "port-forward ds/nv-nvdaemon-core 9847" in notes
-    single = _notes(tmp_path / "single", {**ALL_TIERS, "singlePod": True, **EXISTING_SECRET})
+        assert word in text
+    assert "kubectl label namespace nvdaemon-system pod-security.kubernetes.io/enforce=privileged" in text
+    assert "DaemonSet nv-nvdaemon-smart (tiers: smart)" in text
+    assert "metrics.apiToken.existingSecret" in text
+    assert "port-forward ds/nv-nvdaemon-core 9847" in text
+    single = notes(tmp_path / "single", {**ALL_TIERS, "singlePod": True, **EXISTING_SECRET})
     assert "DaemonSet nv-nvdaemon (tiers: core, smart, gpu)" in single
     assert "port-forward ds/nv-nvdaemon 9847" in single
     assert "NVSentinel:" not in single and "metrics.apiToken.existingSecret" not in single
     # The command names a DaemonSet that exists: the first tier enabled, or none at all.
-    gpu = _notes(tmp_path / "gpu", MATRIX["gpu-only-no-hostpath"])
+    gpu = notes(tmp_path / "gpu", MATRIX["gpu-only-no-hostpath"])
     assert "port-forward ds/nv-nvdaemon-gpu 9847" in gpu and "nv-nvdaemon-core" not in gpu
-    none = _notes(tmp_path / "none", {"tiers": {"core": {"enabled": False}}})
+    none = notes(tmp_path / "none", {"tiers": {"core": {"enabled": False}}})
     assert "no DaemonSet: every tier is disabled" in none and "port-forward" not in none
 
 
@@ -530,8 +505,8 @@ def test_node_exporter_gets_its_config_the_host_root_and_the_textfile_directory(
     ds = rendered.daemonsets()[component]
     config, _, host_paths = _host_root_and_textfile(rendered, component)
     # The whole section as set in values, nothing more: unset filters are left to the agent's defaults.
-    assert config["nodeExporter"] == NODE_EXPORTER["nodeExporter"]
-    assert config["rootfs"] == "/host/root"
+    assert config["nodeExporter"] == {**NODE_EXPORTER["nodeExporter"], "rootfsPath": "/host/root"}
+    assert "rootfs" not in config, "the Go key (nodeExporter.rootfsPath) says it"
     assert (config["procRoot"], config["sysRoot"]) == ("/host/proc", "/host/sys")
     root = mounts(ds)["/host/root"]
     assert root["readOnly"] is True
@@ -593,21 +568,27 @@ def test_node_exporter_off_renders_none_of_it(values: dict[str, Any]) -> None:
         assert "/host/root" not in paths and TEXTFILE_DIR not in paths, component
         assert "/" not in host_paths and TEXTFILE_DIR not in host_paths, component
         names = {v["name"] for v in pod_spec(ds)["volumes"]}
-        assert not names & {"host-root", "textfile"}, component
+        assert not names & {"host-root", "textfile", "udev-data"}, component
         assert all("mountPropagation" not in m for m in agent(ds)["volumeMounts"]), component
 
 
 def test_node_exporter_renders_only_the_keys_set() -> None:
-    rendered = render({"nodeExporter": {"enabled": True}})
+    rendered = render({"nodeExporter": {"enabled": True, "textfileDir": ""}})
     config, paths, host_paths = _host_root_and_textfile(rendered, "core")
-    assert config["nodeExporter"] == {"enabled": True}  # collectors {}, textfileDirectory "": left to the agent
-    assert config["rootfs"] == "/host/root"
+    # collectors {}, textfile directory "": left to the agent
+    assert config["nodeExporter"] == {"enabled": True, "rootfsPath": "/host/root"}
     assert "/host/root" in paths
-    assert host_paths == {"/proc", "/sys", "/", "/var/lib/nvdaemon/core"}, "no textfile mount when it is off"
+    assert host_paths == {"/proc", "/sys", "/", "/run/udev/data", "/var/lib/nvdaemon/core"}, "no textfile mount"
+    # The Go chart's default textfile directory, unless it is set to "".
+    go_default = render({"nodeExporter": {"enabled": True}})
+    config, paths, host_paths = _host_root_and_textfile(go_default, "core")
+    assert config["nodeExporter"] == {"enabled": True, "rootfsPath": "/host/root", "textfileDirectory": TEXTFILE_DIR}
+    assert TEXTFILE_DIR in paths and TEXTFILE_DIR in host_paths
     # Empty filter sections are left out; a filter set to "" is kept (it means: no filter, not the default).
-    empty = render({"nodeExporter": {"enabled": True, "netdev": {}, "hwmon": {"chipExclude": ""}}})
+    empty = render({"nodeExporter": {"enabled": True, "textfileDir": "", "netdev": {}, "hwmon": {"chipExclude": ""}}})
     assert empty.config_of(empty.daemonsets()["core"])[1]["nodeExporter"] == {
         "enabled": True,
+        "rootfsPath": "/host/root",
         "hwmon": {"chipExclude": ""},
     }
 
@@ -618,19 +599,41 @@ def test_node_exporter_renders_only_the_keys_set() -> None:
 def test_textfile_directory_may_not_shadow_the_charts_own_mounts(directory: str) -> None:
     with pytest.raises(helm.RenderError, match=r"nodeExporter\.textfileDirectory \S+ overlaps"):
         render({"nodeExporter": {"enabled": True, "textfileDirectory": directory}})
+    with pytest.raises(helm.RenderError, match=r"nodeExporter\.textfileDir \S+ overlaps"):
+        render({"nodeExporter": {"enabled": True, "textfileDir": directory}})
     ok = render({"nodeExporter": {"enabled": True, "textfileDirectory": "/var/lib/node_exporter"}})
     assert "/var/lib/node_exporter" in mounts(ok.daemonsets()["core"])
 
 
 def test_notes_say_what_the_node_exporter_drop_in_needs(tmp_path: Path) -> None:
-    notes = _notes(tmp_path, NODE_EXPORTER)
-    assert "node_exporter drop-in" in notes
+    text = notes(tmp_path, NODE_EXPORTER)
+    assert "node_exporter drop-in" in text
     for word in ("/host/root", "HostToContainer", "no hostPID", TEXTFILE_DIR, "its / read-only"):
-        assert word in notes, word
-    assert "WARNING" not in notes
-    no_net = _notes(tmp_path / "no-net", {**NODE_EXPORTER, "tiers": {"core": {"hostNetwork": False}}})
-    assert "WARNING: tiers.core.hostNetwork is false" in no_net
-    no_core = _notes(tmp_path / "no-core", {**NODE_EXPORTER, "tiers": {"core": {"enabled": False}}})
+        assert word in text, word
+    assert "WARNING" not in text
+    # The host network is forced on with the drop-in (as in the Go chart): nothing to warn about.
+    no_net_values = {**NODE_EXPORTER, "tiers": {"core": {"hostNetwork": False}}}
+    assert pod_spec(render(no_net_values).daemonsets()["core"])["hostNetwork"] is True
+    no_net = notes(tmp_path / "no-net", no_net_values)
+    assert "WARNING" not in no_net and "host network" in no_net
+    no_core = notes(tmp_path / "no-core", {**NODE_EXPORTER, "tiers": {"core": {"enabled": False}}})
     assert "WARNING: nodeExporter.enabled has no effect" in no_core
-    off = _notes(tmp_path / "off", {})
+    off = notes(tmp_path / "off", {})
     assert "node_exporter" not in off and "/host/root" not in off
+
+
+def test_history_store_follows_state_dir_and_may_not_shadow_the_charts_own_mounts() -> None:
+    """history.enabled with stateDir.enabled=false (no hostPath allowed): an emptyDir, and nothing to chown."""
+    values = {**MATRIX["gpu-only-no-hostpath"], **HISTORY}
+    gpu = render(values).daemonsets()["gpu"]
+    store = mounts(gpu)["/var/lib/nodevitals/history"]
+    assert store["volume"] == {"name": store["name"], "emptyDir": {}}
+    assert "initContainers" not in pod_spec(gpu)
+    assert restricted_violations(pod_spec(gpu)) == set()
+    for directory in ("/var/lib/nvdaemon/history", "/tmp/history", "/host", "/etc"):
+        with pytest.raises(helm.RenderError, match=r"history\.mountPath \S+ overlaps"):
+            render({"history": {"enabled": True, "mountPath": directory}})
+    with pytest.raises(helm.RenderError, match="overlaps the textfile directory"):
+        render({**NODE_EXPORTER, "history": {"enabled": True, "mountPath": TEXTFILE_DIR}})
+    with pytest.raises(helm.RenderError, match="values don't meet the specifications of the schema"):
+        render({"history": {"enabled": True, "hostPath": "/"}})

@@ -21,7 +21,7 @@ import yaml
 from nvdaemon import config as agent_config
 from nvdaemon.compat.node_exporter.options import DEFAULTS as NODE_EXPORTER_DEFAULTS
 from tests.deploy.helm import CHART, Doc, Rendered, agent, render
-from tests.deploy.matrix import MATRIX, NODE_EXPORTER, TEXTFILE_DIR
+from tests.deploy.matrix import GO_VALUES, MATRIX, NODE_EXPORTER, TEXTFILE_DIR
 
 NVDAEMON = str(Path(sys.executable).parent / "nvdaemon")
 EXTERNAL_SECRET = "whsec_" + base64.b64encode(b"a secret from a Secret we did not render").decode()
@@ -48,7 +48,7 @@ def pod_env(rendered: Rendered, ds: Doc) -> dict[str, str]:
 def check_config(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(path.parent)}
     return subprocess.run(
-        [NVDAEMON, "check-config", str(path)],
+        [NVDAEMON, "check-config", "--offline", str(path)],  # the token files are the pod's, not this host's
         env={**base, **env},
         capture_output=True,
         text=True,
@@ -94,11 +94,18 @@ def test_check_config_catches_drift(tmp_path: Path) -> None:
     assert "WEBHOOK_SECRET_1" in proc.stderr
 
 
-def test_default_rules_are_the_agents_embedded_ones() -> None:
+def test_default_rules_are_the_go_charts() -> None:
+    """rules, smartRules and gpuRules default to the Go chart's (contract §5): a default install raises the events a
+    Go install raised. The interval is the agent's embedded one."""
     embedded = yaml.safe_load(resources.files("nvdaemon").joinpath("default.yaml").read_text())
+    go = yaml.safe_load(GO_VALUES.read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert values["rules"] == embedded["rules"]
-    assert values["intervalSeconds"] == embedded["intervalSeconds"]
+    for key in ("rules", "smartRules", "gpuRules"):
+        assert values[key] == go[key], key
+    assert [r["metric"] for r in values["rules"]] == ["load1"]
+    assert [r["metric"] for r in values["gpuRules"]] == ["gpu_temperature_celsius", "gpu_ecc_uncorrected_total"]
+    assert len(values["smartRules"]) == 5
+    assert values["intervalSeconds"] == embedded["intervalSeconds"] == go["intervalSeconds"]
 
 
 def _fields(struct: type[msgspec.Struct]) -> set[str]:
@@ -167,7 +174,7 @@ def _drift(node: dict[str, Any], struct: type[msgspec.Struct], keys: set[str]) -
 SECTIONS: list[tuple[tuple[str, ...], type[msgspec.Struct], set[str]]] = [
     (("properties", "smart"), agent_config.SmartConfig, set()),
     (("properties", "gpu"), agent_config.GpuConfig, set()),
-    (("properties", "history"), agent_config.HistoryConfig, set()),
+    (("properties", "history"), agent_config.HistoryConfig, {"hostPath", "mountPath", "chownImage"}),
     (("properties", "rules", "items"), agent_config.Rule, set()),
     (("definitions", "rule", "properties", "nvsentinel"), agent_config.RuleNvsentinel, set()),
     (("properties", "webhooks", "items"), agent_config.WebhookSink, {"existingSecret"}),
@@ -176,12 +183,16 @@ SECTIONS: list[tuple[tuple[str, ...], type[msgspec.Struct], set[str]]] = [
         agent_config.NvsentinelSink,
         {"socketHostPath", "socketName", "tokenAudience", "tokenExpirationSeconds"},
     ),
-    (("properties", "nodeExporter"), agent_config.NodeExporterConfig, set()),
+    (("properties", "nodeExporter"), agent_config.NodeExporterConfig, {"mountRootFS", "mountUdev", "mountSystemd"}),
     (("properties", "nodeExporter", "properties", "diskstats"), agent_config.NodeDiskstatsOptions, set()),
     (("properties", "nodeExporter", "properties", "filesystem"), agent_config.NodeFilesystemOptions, set()),
     (("properties", "nodeExporter", "properties", "netdev"), agent_config.NodeNetdevOptions, set()),
     (("properties", "nodeExporter", "properties", "hwmon"), agent_config.NodeHwmonOptions, set()),
-    (("properties", "dcgmCompat"), agent_config.Toggle, set()),
+    (
+        ("properties", "dcgmCompat"),
+        agent_config.DcgmCompatConfig,
+        {"podResourcesHostPath", "podResourcesGroup", "podResourcesSeLinuxType"},
+    ),
     (("properties", "smartctlCompat"), agent_config.Toggle, set()),
 ]
 
@@ -231,7 +242,15 @@ def test_schema_offers_exactly_the_agents_node_exporter_collectors() -> None:
     assert set(collectors["propertyNames"]["enum"]) == set(NODE_EXPORTER_DEFAULTS)
     assert collectors["additionalProperties"] == {"type": "boolean"}
     values = yaml.safe_load((CHART / "values.yaml").read_text())
-    assert values["nodeExporter"] == {"enabled": False, "collectors": {}, "textfileDirectory": ""}
+    assert values["nodeExporter"] == {
+        "enabled": False,
+        "mountRootFS": True,  # the Go chart's keys and defaults
+        "textfileDir": TEXTFILE_DIR,
+        "mountUdev": True,
+        "mountSystemd": False,
+        "extraFlags": [],
+        "collectors": {},
+    }
 
 
 def test_node_exporter_config_is_read_by_the_agent_as_set() -> None:
@@ -244,14 +263,23 @@ def test_node_exporter_config_is_read_by_the_agent_as_set() -> None:
         enabled=True,
         collectors={"infiniband": False, "nvme": False, "hwmon": True},
         textfile_directory=TEXTFILE_DIR,
+        rootfs_path="/host/root",
         netdev=agent_config.NodeNetdevOptions(device_exclude="^(veth|cali|lxc)"),
         diskstats=agent_config.NodeDiskstatsOptions(device_exclude=""),
         filesystem=agent_config.NodeFilesystemOptions(mount_timeout_seconds=3),
     )
-    minimal = render({"nodeExporter": {"enabled": True}})
+    minimal = render({"nodeExporter": {"enabled": True, "textfileDir": ""}})
     text, _ = minimal.config_of(minimal.daemonsets()["core"])
     loaded = agent_config.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
-    assert loaded.node_exporter == agent_config.NodeExporterConfig(enabled=True)  # every filter: node_exporter's
+    # every filter: node_exporter's
+    assert loaded.node_exporter == agent_config.NodeExporterConfig(enabled=True, rootfs_path="/host/root")
+    assert loaded.rootfs == "/host/root"
+    go_default = render({"nodeExporter": {"enabled": True}})  # the Go chart's default textfile directory
+    text, _ = go_default.config_of(go_default.daemonsets()["core"])
+    loaded = agent_config.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
+    assert loaded.node_exporter == agent_config.NodeExporterConfig(
+        enabled=True, textfile_directory=TEXTFILE_DIR, rootfs_path="/host/root"
+    )
     text, _ = render().config_of(render().daemonsets()["core"])
     loaded = agent_config.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
     assert loaded.node_exporter == agent_config.NodeExporterConfig()

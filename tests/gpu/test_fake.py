@@ -13,11 +13,12 @@ import trio
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.collectors.gpu import decode_throttle
 from nvdaemon.gpu import GpuRuntime, open_gpu
-from nvdaemon.gpu.events import xid_severity
+from nvdaemon.gpu.events import GO_XID_SEVERITY, xid_event, xid_severity
 from nvdaemon.gpu.xid import run_xid_source, serve_xid
 from nvdaemon.model import Event, Kind, Phase, Sample
-from nvdaemon.nvml import NvmlUnavailable
+from nvdaemon.nvml import GpuIdentity, NvmlFailure, NvmlUnavailable, XidNotice
 from nvdaemon.nvml.fake import FakeNvml
+from nvdaemon.sinks.nvsentinel_xid import XID_DESCRIPTIONS
 from tests.gpu.conftest import HEALTHY, THERMAL, XID79, make_agent, wait_until
 
 GAUGES = {
@@ -141,10 +142,26 @@ def test_gpu_lost_is_one_critical_event_per_transition_and_the_tier_keeps_runnin
     assert events[1].ended_at == 5.0 and events[1].started_at == lost.started_at
 
 
-def test_xid_severity_table() -> None:
-    assert [xid_severity(x) for x in (48, 62, 64, 74, 79, 95, 119, 120)] == ["critical"] * 8
-    assert [xid_severity(x) for x in (13, 31, 43, 45)] == ["info"] * 4
-    assert [xid_severity(x) for x in (63, 92, 94, 999)] == ["warning"] * 4
+def test_xid_severity_table_is_the_go_agents() -> None:
+    """Contract §3: info 13, 31, 43; warning 63, 74, 92, 94 and unknown codes; critical 48, 64, 79, 95, 119, 120."""
+    assert [xid_severity(x) for x in (13, 31, 43)] == ["info"] * 3
+    assert [xid_severity(x) for x in (63, 74, 92, 94, 0, 999, 2**31)] == ["warning"] * 7
+    assert [xid_severity(x) for x in (48, 64, 79, 95, 119, 120)] == ["critical"] * 6
+    # Catalogue codes Go does not list: raised where the GPU needs a reset, never lowered below Go's "warning".
+    assert [xid_severity(x) for x in (62, 140)] == ["critical"] * 2
+    assert [xid_severity(x) for x in (45, 61)] == ["warning"] * 2
+    rank = {"info": 0, "warning": 1, "critical": 2}
+    for code in XID_DESCRIPTIONS:
+        assert rank[xid_severity(code)] >= rank[GO_XID_SEVERITY.get(code, "warning")], code
+
+
+def test_xid_events_enter_only_with_the_go_detail_on_the_wire() -> None:
+    ident = GpuIdentity(index=2, uuid="GPU-2", pci_bus_id="00000000:3B:00.0")
+    for code, severity in ((13, "info"), (74, "warning"), (79, "critical"), (4242, "warning")):
+        wire = xid_event(XidNotice(2, code), ident, node="n", seq=1, now=1_700_000_000.5).wire()
+        assert (wire["condition"], wire["phase"], wire["severity"]) == ("gpu_xid_error", "ENTER", severity)
+        assert wire["started_at"] == "2023-11-14T22:13:20.5Z" and "ended_at" not in wire
+        assert wire["detail"]["xid"] == code and isinstance(wire["detail"]["description"], str)
 
 
 async def test_xid_reaches_the_bus_within_one_wait_and_is_counted(tmp_path: Path) -> None:
@@ -179,7 +196,7 @@ async def test_xid_reaches_the_bus_within_one_wait_and_is_counted(tmp_path: Path
         "pci_bus_id": "00000000:5D:00.0",
     }
     assert ev.seq == 42 == agent.engine.seq
-    assert agent.event_counts[("gpu", "gpu_xid_error", "critical", "ENTER")] == 1
+    assert agent.event_counts[("gpu-node", "gpu", "gpu3", "gpu_xid_error", "critical", "ENTER", "79")] == 1
     (counted,) = of(tick(rt), "gpu3", "gpu_xid_errors_total", xid="79")
     assert counted.value == 1 and counted.kind is Kind.COUNTER
     assert fake.calls[-1] == "xid_close"
@@ -242,3 +259,42 @@ async def test_nvml_missing_in_a_gpu_only_process_is_an_error(tmp_path: Path) ->
     agent = make_agent(tmp_path, tiers="[gpu]", scenario=scenario)
     with pytest.raises(NvmlUnavailable, match="NVML Shared Library Not Found"):
         await agent.run()
+
+
+def test_nvml_that_stops_answering_loses_every_known_gpu_once_and_each_comes_back() -> None:
+    events: list[Event] = []
+    fake = FakeNvml(HEALTHY)
+    rt = runtime(fake, events)
+    tick(rt)
+    assert [d for d, _, _ in rt.answering()] == [f"gpu{i}" for i in range(8)]
+    fake.fail("Driver Not Loaded")
+    (collector,) = rt.collectors()
+    for now in (2.0, 3.0):
+        gathered = collector.gather(HostRoots())
+        assert gathered.errors == ["nvmlDeviceGetCount: Driver Not Loaded"]
+        assert collector.interpret(gathered, now) == []
+    assert [(e.condition, e.phase, e.device) for e in events] == [
+        ("gpu_lost", Phase.ENTER, f"gpu{i}") for i in range(8)
+    ]
+    assert all(e.detail["error"] == "nvmlDeviceGetCount: Driver Not Loaded" for e in events)
+    assert events[3].detail["gpu_uuid"] == "GPU-3e6f7b54-a085-4c3d-8f4b-8d9e0f1a2b34"  # the identity last known
+    assert rt.answering() == []
+    fake.fail("")
+    fake.set_lost(6, True)  # back, but one GPU did not survive the driver reload
+    tick(rt, now=4.0)
+    exits = [e.device for e in events if e.phase is Phase.EXIT]
+    assert exits == [f"gpu{i}" for i in range(8) if i != 6]
+    assert [d for d, _, _ in rt.answering()] == [f"gpu{i}" for i in range(8) if i != 6]
+    assert ("gpu5", "GPU-5a8b9d76-c2a7-4e5f-8b6d-0f1a2b3c4d56", "00000000:AB:00.0") in rt.answering()
+
+
+def test_nvml_error_in_a_scenario_step() -> None:
+    scenario: dict[str, Any] = {
+        "devices": [{"uuid": "GPU-a"}],
+        "steps": [{}, {"nvmlError": "Unknown Error"}, {"nvmlError": None}],
+    }
+    fake = FakeNvml(scenario)
+    assert fake.device_count() == 1
+    with pytest.raises(NvmlFailure, match="Unknown Error"):
+        fake.device_count()
+    assert fake.device_count() == 1

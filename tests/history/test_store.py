@@ -25,15 +25,15 @@ def win(key: SeriesKey, end: int, *values: float) -> tuple[WindowKey, Acc]:
 
 def test_round_trip_oldest_first_with_labels(tmp_path: Path) -> None:
     store = HistoryStore(tmp_path / "h.db")
-    labelled: SeriesKey = ("temp_celsius", "coretemp", (("sensor", "Package id 0"),))
+    labelled: SeriesKey = ("psi_stall_ratio_avg10", "memory", (("share", "some"),))
     assert store.write([win(GPU0, T0 + 600, 50.0), win(GPU0, T0 + 300, 40.0, 44.5), win(labelled, T0 + 300, 70)]) == 3
     got = store.query("gpu_temperature_celsius", None, None, None, 100)
     assert [(s.device, s.labels, s.points) for s in got.series] == [
         ("gpu0", {}, [(T0 + 300, 42.25, 40.0, 44.5), (T0 + 600, 50.0, 50.0, 50.0)])
     ]
-    got = store.query("temp_celsius", "coretemp", None, None, 100)
-    assert got.series[0].labels == {"sensor": "Package id 0"}
-    assert store.query("temp_celsius", "other", None, None, 100).series == []
+    got = store.query("psi_stall_ratio_avg10", "memory", None, None, 100)
+    assert got.series[0].labels == {"share": "some"}
+    assert store.query("psi_stall_ratio_avg10", "other", None, None, 100).series == []
     assert store.query("nope", None, None, None, 100).series == []
     store.close()
     reopened = HistoryStore(tmp_path / "h.db")  # series ids come back from the file

@@ -28,7 +28,13 @@ from nvdaemon.sinks.nvsentinel import Reconciler
 from tests.nvsentinel.conftest import TOKEN, MakeReconciler
 from tests.nvsentinel.connector import FakeConnector
 
-HOT = Rule(metric="temp_celsius", device="coretemp", condition="cpu_package_hot", severity="critical", threshold=95)
+HOT = Rule(
+    metric="temp_celsius",
+    device="hwmon0/coretemp/temp1",
+    condition="cpu_package_hot",
+    severity="critical",
+    threshold=95,
+)
 LOAD = Rule(metric="load1", device="cpu", condition="load_high", threshold=16)
 HOT_CHECK = "NvdaemonCpuPackageHot"
 LOAD_CHECK = "NvdaemonLoadHigh"
@@ -80,7 +86,7 @@ async def test_fault_raises_condition_and_clear_flips_it(
     assert cond is not None
     assert cond["status"] == "True" and cond["reason"] == f"{HOT_CHECK}IsNotHealthy"
     assert "Recommended Action=CONTACT_SUPPORT;" in cond["message"]
-    assert "temp_celsius on coretemp is 97, threshold > 95" in cond["message"]
+    assert "temp_celsius on hwmon0/coretemp/temp1 is 97, threshold > 95" in cond["message"]
     # Every configured check got its healthy baseline first (a non-fatal one too), then the fault.
     kinds = [(e.checkName, e.isHealthy) for e in connector.ok_events()]
     assert kinds == [(HOT_CHECK, True), (LOAD_CHECK, True), (HOT_CHECK, False)]

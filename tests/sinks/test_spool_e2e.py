@@ -58,7 +58,7 @@ def test_a_running_agent_moves_a_damaged_spool_aside_and_delivers(
         try:
             agent.start()
             wait_for(lambda: len(rx.ids()) >= 3, "events delivered on a fresh spool")
-            doc = agent.state()
+            doc = agent.status()
             (record,) = doc["sinks"][sink]["quarantines"]
             assert record["events"] == "unknown" and doc["tasks"][sink]["restarts"] == 0
             _, body = agent.get("/metrics")
@@ -82,7 +82,7 @@ def test_a_running_agent_with_a_full_state_dir_is_degraded_then_delivers_everyth
             agent.start()
 
             def degraded() -> dict[str, Any] | None:
-                doc = agent.state()
+                doc = agent.status()
                 s = doc["sinks"].get(sink, {})
                 ok = s.get("state") == "degraded" and s.get("unspooled", 0) >= 3 and len(doc["recentEvents"]) >= 3
                 return doc if ok else None
@@ -96,9 +96,9 @@ def test_a_running_agent_with_a_full_state_dir_is_degraded_then_delivers_everyth
             assert not (state / "engine.json").exists()  # never saved past events the spool does not hold
             ballast.unlink()
             rx.start()
-            emitted = {e["id"] for e in agent.state()["recentEvents"]}
+            emitted = {e["id"] for e in agent.status()["recentEvents"]}
             wait_for(lambda: emitted <= set(rx.ids()), "every event delivered once space is freed", timeout=30)
-            wait_for(lambda: agent.state()["sinks"][sink]["state"] == "active", "the sink active again")
+            wait_for(lambda: agent.status()["sinks"][sink]["state"] == "active", "the sink active again")
             _, body = agent.get("/metrics")
             assert f'nodevitals_sink_state_writable{{sink="{sink}"}} 1.0' in body.decode()
             assert agent.stop()[0] == 0

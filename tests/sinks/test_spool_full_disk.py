@@ -23,7 +23,7 @@ from nvdaemon.app import Agent
 from nvdaemon.config import parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.server.metrics import MetricsCache
-from nvdaemon.server.state import state_document
+from nvdaemon.server.state import status_document
 from nvdaemon.sinks.webhook import WebhookEndpoint
 from nvdaemon.sinks.webhook_url import endpoint_names
 from nvdaemon.supervise import Supervisor
@@ -114,7 +114,7 @@ async def test_full_state_dir_probe_nothing_lost_nothing_saved_ahead(
                     await trio.sleep(0.01)
                 await until(lambda: len(sink.writer.buffer) > 0 and sink.health.error is not None)
                 assert sink.committed_seq < EVENTS
-                doc = state_document(agent)
+                doc = status_document(agent)
                 assert doc["sinks"][sink.name]["state"] == "degraded"
                 full = ("database or disk is full", "No space left on device")
                 assert doc["sinks"][sink.name]["storageError"] in full
@@ -163,7 +163,7 @@ async def test_read_only_state_dir_is_degraded_and_visible_not_a_crash_loop(tmp_
             await trio.sleep(0.5)  # several refused retries
             await agent.persist_engine()  # not saved past event 1, which the spool does not hold
             assert not agent.engine_path.exists()
-            doc = state_document(agent)
+            doc = status_document(agent)
             task = doc["tasks"][sink.name]
             assert task["state"] == "running" and task["restarts"] == 0 and task["degraded"] is True
             assert "spool not writable" in task["lastError"]

@@ -30,7 +30,6 @@ def issues(hook_yaml: str) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("url", "why"),
     [
-        ("http://backend.example/hook", "https://"),
         ("ftp://backend.example/hook", "http"),
         ("https:///no-host", "valid host"),
         ("https://bad host.example/", "valid host"),
@@ -56,6 +55,22 @@ def test_invalid_urls_are_config_errors(url: str, why: str) -> None:
 )
 def test_accepted_urls(hook: str) -> None:
     parse_config("sinks:\n  webhook:\n" + textwrap.indent(hook, "    "), "t.yaml", env={})
+
+
+def test_plain_http_to_a_remote_host_is_refused_when_allow_insecure_is_false() -> None:
+    found = issues("- {url: 'http://backend.example/hook', allowInsecure: false}\n")
+    assert "https://" in found["sinks.webhook[0].url"]
+
+
+def test_plain_http_to_a_remote_host_is_accepted_as_in_go_with_a_note() -> None:
+    """The Go agent posts to any http:// URL: a migrated config must start, and check-config says what it means."""
+    loaded = parse_config("sinks:\n  webhook:\n    - url: http://backend.example/hook\n", "t.yaml", env={})
+    assert loaded.config.sinks.webhook[0].allow_insecure is True
+    assert any("sinks.webhook[0].url: plain http://" in note for note in loaded.notes)
+    quiet = parse_config(
+        "sinks:\n  webhook:\n    - {url: http://backend.example/hook, allowInsecure: true}\n", "t.yaml", env={}
+    )
+    assert not any("plain http://" in note for note in quiet.notes)
 
 
 def test_only_one_secret_source() -> None:
@@ -95,7 +110,10 @@ def test_defaults() -> None:
 
 def test_run_with_an_invalid_url_exits_2_instead_of_crash_looping(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
-    config.write_text(f"stateDir: {tmp_path}\nsinks:\n  webhook:\n    - url: http://backend.example/TOPSECRET\n")
+    config.write_text(
+        f"stateDir: {tmp_path}\nsinks:\n  webhook:\n"
+        "    - {url: http://backend.example/TOPSECRET, allowInsecure: false}\n"
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "nvdaemon", "run", "--config", str(config)],
         capture_output=True,

@@ -2,16 +2,21 @@
 
 The agent spools the events, is killed with SIGKILL, and the receiver comes up; restarted on the same stateDir the
 agent delivers the whole backlog, in order, each request verified by ``standardwebhooks`` and parsed by the
-``cloudevents`` SDK. ``nvdaemon spool list`` shows the backlog between the two runs.
+``cloudevents`` SDK. ``nvdaemon spool list`` shows the backlog between the two runs. Every body is the Go agent's
+(nodevitals-contract.md §3): the attributes without ``subject``, ``data`` with RFC 3339 times and ``ended_at`` only
+on the EXIT; the self metrics carry the Go label sets.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import re
 import shutil
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +24,10 @@ from nvdaemon import cli
 
 from ..test_e2e import ROOT, Agent, free_port, wait_for
 from .helpers import SECRET
-from .receiver import Receiver
+from .receiver import Received, Receiver
+
+GO_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$")
+DATA_KEYS = ["id", "node", "tier", "device", "condition", "phase", "severity", "seq", "started_at", "detail"]
 
 CONFIG = """
 node: fixture-node
@@ -36,10 +44,12 @@ sinks:
       backoffMaxSeconds: 0.3
 rules:
   - {{metric: load1, device: cpu, condition: load_high, threshold: 16, enterFor: 2, exitFor: 2}}
-  - {{metric: temp_celsius, device: coretemp, labels: {{sensor: Package id 0}}, condition: cpu_package_hot,
+  - {{metric: temp_celsius, device: hwmon0/coretemp/temp1, condition: cpu_package_hot,
      severity: critical, threshold: 95, op: ">="}}
-  - {{metric: psi_avg10_pct, device: memory, labels: {{kind: some}}, condition: memory_pressure, threshold: 20}}
-  - {{metric: pcie_aer_fatal_total, device: "0000:*", condition: pcie_aer_fatal, severity: critical, threshold: 0}}
+  - {{metric: psi_stall_ratio_avg10, device: memory, labels: {{share: some}}, condition: memory_pressure,
+     threshold: 20}}
+  - {{metric: pcie_aer_fatal_total, labels: {{error_type: TOTAL_ERR_FATAL}}, device: "0000:*",
+     condition: pcie_aer_fatal, severity: critical, threshold: 0}}
 """
 
 
@@ -59,7 +69,7 @@ def test_sigkill_with_a_backlog_then_restart_delivers_everything_in_order(
         agent.start()
 
         def spooled() -> list[str] | None:
-            state = agent.state()
+            state = agent.status()
             ids = [e["id"] for e in state["recentEvents"]]
             s = state["sinks"].get(sink, {})
             ok = len(ids) >= 4 and s.get("backlog") == len(ids) and s.get("lastError", "").startswith("ConnectError")
@@ -78,10 +88,18 @@ def test_sigkill_with_a_backlog_then_restart_delivers_everything_in_order(
         rx.start()
         agent.start()
         wait_for(lambda: set(pending) <= set(rx.ids()), "the backlog delivered after the restart", timeout=30)
-        wait_for(lambda: agent.state()["sinks"][sink]["backlog"] == 0, "backlog 0")
+        wait_for(lambda: agent.status()["sinks"][sink]["backlog"] == 0, "backlog 0")
+        # The load falls: load_high EXITs (exitFor 2), delivered live.
+        (host / "proc" / "loadavg").write_text("0.50 0.40 0.30 2/1310 223344\n")
+        wait_for(lambda: any(r.data and r.data["phase"] == "EXIT" for r in rx.received), "load_high EXIT delivered")
         status, body = agent.get("/metrics")
         assert status == 200
         text = body.decode()
+        assert f'nodevitals_delivery_dropped_total{{sink="webhook:http://127.0.0.1:{rx.port}"}} 0.0' in text
+        assert (
+            'nodevitals_events_total{condition="load_high",device="cpu",node="fixture-node",phase="EXIT",'
+            'severity="warning",tier="core",xid=""} 1.0'
+        ) in text
         assert f'nodevitals_delivery_backlog{{sink="{sink}"}} 0.0' in text
         assert f'nodevitals_delivery_attempts_total{{outcome="success",sink="{sink}"}}' in text
         assert "/hooks/hw" not in text and "do-not-show" not in text
@@ -98,5 +116,37 @@ def test_sigkill_with_a_backlog_then_restart_delivers_everything_in_order(
     assert arrived[: len(pending)] == pending  # the backlog first, in spool order
     seqs = list(dict.fromkeys(rx.seqs()))
     assert seqs == sorted(seqs)  # in emission order
-    assert all(r.verified and r.attributes["source"] == "nodevitals/fixture-node" for r in rx.received)
+    for r in rx.received:
+        check_go_payload(r)
+    load = [r.data for r in rx.received if r.data["condition"] == "load_high"]
+    enter, exit_ = load[0], load[-1]
+    assert (enter["phase"], exit_["phase"]) == ("ENTER", "EXIT")
+    assert exit_["started_at"] == enter["started_at"]  # the ENTER's time, carried on the EXIT
+    assert time_of(exit_["ended_at"]) > time_of(enter["started_at"])
     assert os.stat(tmp_path / "state" / "spool.db").st_mode & 0o077 == 0
+
+
+def time_of(text: str) -> dt.datetime:
+    assert GO_RFC3339.match(text) and text.endswith("Z"), text
+    return dt.datetime.fromisoformat(text)
+
+
+def check_go_payload(r: Received) -> None:
+    """One delivery as a receiver written for the Go agent reads it: headers, attributes and ``data``."""
+    assert r.verified  # standardwebhooks accepted webhook-id, webhook-timestamp and webhook-signature
+    assert r.headers["content-type"] == "application/cloudevents+json"
+    assert r.headers["webhook-id"] == r.event_id == r.data["id"]
+    assert r.headers["webhook-timestamp"].isdigit() and r.headers["webhook-signature"].startswith("v1,")
+    attrs: dict[str, Any] = r.attributes
+    assert set(attrs) == {"specversion", "type", "source", "id", "time", "datacontenttype"}  # no subject
+    assert (attrs["specversion"], attrs["type"]) == ("1.0", "com.nodevitals.hw.event.v1")
+    assert (attrs["source"], attrs["datacontenttype"]) == ("nodevitals/fixture-node", "application/json")
+    data = r.data
+    ended = ["ended_at"] if data["phase"] == "EXIT" else []  # absent on ENTER, not null
+    assert list(data) == DATA_KEYS[:-1] + ended + ["detail"]
+    assert data["node"] == "fixture-node" and data["tier"] == "core" and isinstance(data["seq"], int)
+    assert data["severity"] in ("info", "warning", "critical")
+    stamp = data["ended_at"] if ended else data["started_at"]
+    assert attrs["time"] == time_of(stamp)  # the envelope's time is the transition's
+    assert time_of(data["started_at"]).tzinfo == dt.UTC
+    assert isinstance(data["detail"]["value"], float) and isinstance(data["detail"]["threshold"], float)

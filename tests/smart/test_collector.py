@@ -22,6 +22,7 @@ from nvdaemon.collectors.smart import (
     read_device,
     samples_of,
 )
+from nvdaemon.collectors.smart_report import AtaAttribute, DiskReport, NvmeHealth
 from nvdaemon.config import parse_config
 from nvdaemon.model import Kind
 from tests.smart.conftest import (
@@ -38,7 +39,8 @@ from tests.smart.conftest import (
     pid_running,
 )
 
-C, G = Kind.COUNTER, Kind.GAUGE
+G = Kind.GAUGE  # every smart-tier series is a gauge, as in the Go agent
+C = G
 SSD = {"model": "Samsung SSD 870 EVO 1TB", "serial": "S6PTNM0T512345A", "firmware": "SVT02B6Q"}
 HDD = {"model": "ST4000DM004-2CV104", "serial": "ZFN0ABCD", "firmware": "0001"}
 NVME = {"model": "Samsung SSD 980 PRO 2TB", "serial": "S6B0NL0T123456X", "firmware": "5B2QGXA7"}
@@ -54,6 +56,8 @@ EXPECTED: dict[tuple[str, str], tuple[float, Kind]] = {
     ("smart_health_passed", "sda"): (1, G),
     ("smart_error_log_count", "sda"): (0, C),
     ("smart_capacity_bytes", "sda"): (1_000_204_886_016, G),
+    ("smart_logical_block_size_bytes", "sda"): (512, G),
+    ("smart_interface_speed_bits_per_second", "sda"): (6e9, G),  # solid state: no rotation rate
     ("smart_temperature_celsius", "sdb"): (41, G),
     ("smart_power_on_hours", "sdb"): (33456, C),
     ("smart_power_cycles", "sdb"): (1201, C),
@@ -65,11 +69,15 @@ EXPECTED: dict[tuple[str, str], tuple[float, Kind]] = {
     ("smart_health_passed", "sdb"): (1, G),
     ("smart_error_log_count", "sdb"): (37, C),
     ("smart_capacity_bytes", "sdb"): (4_000_787_030_016, G),
+    ("smart_logical_block_size_bytes", "sdb"): (512, G),
+    ("smart_rotation_rate_rpm", "sdb"): (5425, G),
+    ("smart_interface_speed_bits_per_second", "sdb"): (3e9, G),  # the current speed, not the 6 Gb/s maximum
     ("smart_temperature_celsius", "nvme0n1"): (38, G),
     ("smart_power_on_hours", "nvme0n1"): (8765, C),
     ("smart_power_cycles", "nvme0n1"): (210, C),
     ("smart_health_passed", "nvme0n1"): (1, G),
     ("smart_capacity_bytes", "nvme0n1"): (2_000_398_934_016, G),
+    ("smart_logical_block_size_bytes", "nvme0n1"): (512, G),
     ("nvme_percentage_used", "nvme0n1"): (2, G),
     ("nvme_available_spare", "nvme0n1"): (100, G),
     ("nvme_available_spare_threshold", "nvme0n1"): (10, G),
@@ -83,6 +91,7 @@ EXPECTED: dict[tuple[str, str], tuple[float, Kind]] = {
     ("smart_power_cycles", "nvme1n1"): (64, C),
     ("smart_health_passed", "nvme1n1"): (0, G),
     ("smart_capacity_bytes", "nvme1n1"): (2_000_398_934_016, G),
+    ("smart_logical_block_size_bytes", "nvme1n1"): (4096, G),
     ("nvme_percentage_used", "nvme1n1"): (97, G),
     ("nvme_available_spare", "nvme1n1"): (6, G),
     ("nvme_available_spare_threshold", "nvme1n1"): (10, G),
@@ -129,14 +138,18 @@ def test_samples_match_the_recordings(standin: Standin) -> None:
     gathered, samples = cycle(c)
     assert gathered.errors == []
     got = by_series(samples)
-    assert set(got) == set(EXPECTED)
+    assert set(got) == set(EXPECTED) | {("smart_device_info", d) for d in DEVICES}
     for key, (value, kind) in EXPECTED.items():
         s = got[key]
         assert (s.value, s.kind) == (value, kind), key
-        assert dict(s.labels) == LABELS[s.device] and s.tier == "smart" and s.timestamp == NOW
+        # The Go agent's series carry no labels; the disk's identity is its own series.
+        assert s.labels == () and s.tier == "smart" and s.timestamp == NOW
         assert s.metric in HELP, s.metric
+    for device, identity in LABELS.items():
+        info = got["smart_device_info", device]
+        assert (info.value, info.kind, dict(info.labels)) == (1.0, G, identity)
     assert {name: st.readable for name, st in c.status.items()} == dict.fromkeys(DEVICES, True)
-    # /v1/state names each disk read this cycle.
+    # /v1/status names each disk read this cycle.
     identity = {"model": HDD["model"], "serial": HDD["serial"], "interface": "sat"}
     assert c.detail()["devices"]["sdb"] == {"state": "ok", "readable": True, "parseErrors": 0, **identity}
 
@@ -316,3 +329,27 @@ print("contained")
     raw = "import os; os.environ['LANG'] = 'de_DE.UTF-8'; import pySMART; print(os.environ['LANG'])"
     out = run_python(raw, env)
     assert out.stdout.strip() == "C"
+
+
+def _ata(*attrs: AtaAttribute, smartctl_says: bool = True) -> DiskReport:
+    return DiskReport("sdx", "sat", "ATA", "m", "s", "f", health_passed=smartctl_says, attributes=attrs)
+
+
+def _attr(attr_id: int, flags: int, value: int, thresh: int | None) -> AtaAttribute:
+    return AtaAttribute(attr_id, "x", flags, value, value, thresh, 0, "0")
+
+
+def test_health_the_go_agents_way() -> None:
+    """ATA: failed when a pre-failure attribute with a threshold is at or below it (old-age ones and threshold 0
+    do not count), absent when no such attribute exists; NVMe: critical warning 0."""
+    prefail, old_age = 0x0B, 0x32
+    health = {s.metric: s.value for s in samples_of(_ata(_attr(5, prefail, 36, 36)), NOW)}
+    assert health["smart_health_passed"] == 0  # even though smartctl's self-assessment said PASSED
+    assert {s.metric: s.value for s in samples_of(_ata(_attr(5, prefail, 37, 36)), NOW)}["smart_health_passed"] == 1
+    passing_old_age = _ata(_attr(5, prefail, 100, 10), _attr(194, old_age, 20, 30), _attr(1, prefail, 1, 0))
+    assert {s.metric: s.value for s in samples_of(passing_old_age, NOW)}["smart_health_passed"] == 1
+    unjudged = _ata(_attr(194, old_age, 20, 30), _attr(1, prefail, 1, 0), smartctl_says=False)
+    assert "smart_health_passed" not in {s.metric for s in samples_of(unjudged, NOW)}
+    nvme = NvmeHealth(4, 100, 10, 0, 0, 0, 0, 0)
+    report = DiskReport("nvme0n1", "nvme", "NVMe", "m", "s", "f", health_passed=True, nvme=nvme)
+    assert {s.metric: s.value for s in samples_of(report, NOW)}["smart_health_passed"] == 0

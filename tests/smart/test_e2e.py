@@ -5,6 +5,7 @@ unreadable (permission denied, as in an unprivileged pod)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -19,8 +20,15 @@ from tests.smart.test_compat import UPSTREAM_LINT
 from tests.smart.test_rules import EXAMPLE, FIRING
 from tests.test_e2e import GRACE, Agent, free_port, wait_for
 
-# The issue names the sample smart_power_on_hours; promtool prefers base units. Nothing else may be reported.
-OUR_LINT = {'nodevitals_hw_smart_power_on_hours_total use base unit "seconds" instead of "hours"'}
+# The Go agent's names and types (every smart-tier series a gauge), which promtool's lint would name otherwise.
+# Nothing else may be reported.
+OUR_LINT = {
+    'nodevitals_hw_smart_power_on_hours use base unit "seconds" instead of "hours"',
+    'nodevitals_hw_smart_interface_speed_bits_per_second use base unit "bytes" instead of "bits"',
+    'nodevitals_hw_smart_error_log_count non-histogram and non-summary metrics should not have "_count" suffix',
+    'nodevitals_hw_nvme_bytes_read_total non-counter metrics should not have "_total" suffix',
+    'nodevitals_hw_nvme_bytes_written_total non-counter metrics should not have "_total" suffix',
+}
 
 
 @pytest.fixture
@@ -53,13 +61,13 @@ def test_smart_tier_end_to_end(agent: Agent, tmp_path: Path) -> None:
     agent.start()
     active = wait_for(
         lambda: (
-            {(c["device"], c["condition"], c["severity"]) for c in agent.state()["conditions"]} >= FIRING
-            and agent.state()["conditions"]
+            {(c["device"], c["condition"], c["severity"]) for c in agent.status()["conditions"]} >= FIRING
+            and agent.status()["conditions"]
         ),
         "the default SMART rules to ENTER",
     )
     assert {(c["device"], c["condition"], c["severity"]) for c in active} - FIRING == set()
-    state = agent.state()
+    state = agent.status()
     smart = state["tiers"]["smart"]
     assert smart["intervalSeconds"] == 0.4
     detail = smart["collectors"]["smart"]["detail"]
@@ -69,23 +77,26 @@ def test_smart_tier_end_to_end(agent: Agent, tmp_path: Path) -> None:
     text = body.decode()
     assert 'nodevitals_smart_device_readable{device="sda"} 0.0' in text
     assert 'nodevitals_smart_device_readable{device="sdb"} 1.0' in text
+    assert 'nodevitals_hw_smart_pending_sectors{device="sdb",node="fixture-node",tier="smart"} 24.0' in text
+    assert "# TYPE nodevitals_hw_smart_power_on_hours gauge" in text  # the Go agent's name: no _total appended
     assert (
-        'nodevitals_hw_smart_pending_sectors{device="sdb",firmware="0001",model="ST4000DM004-2CV104",'
-        'node="fixture-node",serial="ZFN0ABCD",tier="smart"} 24.0'
+        'nodevitals_hw_smart_device_info{device="sdb",firmware="0001",model="ST4000DM004-2CV104",'
+        'node="fixture-node",serial="ZFN0ABCD",tier="smart"} 1.0'
     ) in text
     assert 'nodevitals_hw_nvme_critical_warning{device="nvme1n1"' in text
-    assert 'device="sda",firmware' not in text  # nothing made up for the unreadable disk
+    assert 'nodevitals_hw_smart_device_info{device="sda"' not in text  # nothing made up for the unreadable disk
+    assert not re.search(r'^nodevitals_hw_\w+\{device="sda",node="fixture-node",tier="smart"', text, re.M)
     assert "# TYPE smartctl_device_power_on_seconds counter" in text
     assert 'smartctl_device_smart_status{device="nvme1"} 0\n' in text
     # Several smart cycles later the unreadable disk has been logged exactly once.
-    wait_for(lambda: agent.state()["tiers"]["smart"]["collectors"]["smart"]["errorTotal"] >= 4, "4 smart cycles")
+    wait_for(lambda: agent.status()["tiers"]["smart"]["collectors"]["smart"]["errorTotal"] >= 4, "4 smart cycles")
     log = (tmp_path / "agent.log").read_text()
     assert log.count("SMART: sda is unreadable") == 1, log
     promtool = shutil.which("promtool")
     if promtool is not None:
         check = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, check=False)
         findings = (check.stdout + check.stderr).decode().splitlines()
-        assert [f for f in findings if not UPSTREAM_LINT.match(f) and f not in OUR_LINT] == []
+        assert [f for f in findings if not UPSTREAM_LINT.match(f) and f not in OUR_LINT] == [], "\n".join(findings)
     code, took = agent.stop()
     assert code == 0 and took < GRACE
     if promtool is None:

@@ -33,7 +33,9 @@ def make_event(
     phase: Phase = Phase.ENTER,
 ) -> Event:
     detail: dict[str, object] = {"value": float(i), "threshold": 0.5, "metric": "load1", "labels": {}}
-    return Event(new_event_id(), "n1", tier, device, condition, phase, severity, i, 1_700_000_000.0 + i, None, detail)
+    started = 1_700_000_000.0 + i
+    ended = started + 60 if phase is Phase.EXIT else None
+    return Event(new_event_id(), "n1", tier, device, condition, phase, severity, i, started, ended, detail)
 
 
 @dataclass
@@ -69,11 +71,13 @@ class Server:
 
 
 @asynccontextmanager
-async def running(tmp_path: Path, stream: str = "{}", extra: str = "") -> AsyncIterator[Server]:
-    """An agent with the HTTP server and its sinks running; on exit, stopped in Agent.run's order."""
+async def running(tmp_path: Path, stream: str = "{}", extra: str = "", sinks: str = "") -> AsyncIterator[Server]:
+    """An agent with the HTTP server and its sinks running; on exit, stopped in Agent.run's order. ``sinks`` adds
+    entries to the ``sinks`` mapping (``webhook: [...]``)."""
+    more = f", {sinks}" if sinks else ""
     text = (
         f"node: n1\nstateDir: {tmp_path / 'state'}\n"
-        f"sinks: {{metrics: {{listenAddr: '127.0.0.1:0'}}, stream: {stream}}}\n{extra}"
+        f"sinks: {{metrics: {{listenAddr: '127.0.0.1:0'}}, stream: {stream}{more}}}\n{extra}"
     )
     agent = Agent(parse_config(text, "test.yaml", env={}))
     async with trio.open_nursery() as nursery:

@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 import trio
 import trio_websocket
@@ -36,12 +37,47 @@ async def test_replay_since_and_last_n_then_live_without_gap_or_repeat(tmp_path:
                 assert await nothing_more(ws)
             # The message is the webhook's CloudEvent, unchanged.
             assert got[0]["type"] == "com.nodevitals.hw.event.v1" and got[0]["source"] == "nodevitals/n1"
-            assert got[0]["subject"] == "cpu/load_high" and got[0]["data"]["seq"] == 10
+            assert "subject" not in got[0] and got[0]["data"]["seq"] == 10
         # since = the newest id: nothing to replay, only what comes next.
         async with srv.connect(since=more[-1].id) as ws:
             assert await nothing_more(ws)
             await srv.publish([make_event(13)])
             assert (await receive(ws, 1))[0]["data"]["seq"] == 13
+
+
+async def test_websocket_and_json_carry_the_go_data_shape(tmp_path: Path) -> None:
+    """The same ``data`` as the webhook's: RFC 3339 times, ``ended_at`` only on the EXIT (contract §3)."""
+    enter = make_event(7, severity="critical")
+    exit_ = msgspec.structs.replace(make_event(8, severity="critical", phase=Phase.EXIT), started_at=enter.started_at)
+    detail = {"value": 7.0, "threshold": 0.5, "metric": "load1", "labels": {}}
+    common = {"node": "n1", "tier": "core", "device": "cpu", "condition": "load_high", "severity": "critical"}
+    want = [
+        {"id": enter.id, **common, "phase": "ENTER", "seq": 7, "started_at": "2023-11-14T22:13:27Z"},
+        {
+            "id": exit_.id,
+            **common,
+            "phase": "EXIT",
+            "seq": 8,
+            "started_at": "2023-11-14T22:13:27Z",
+            "ended_at": "2023-11-14T22:14:28Z",
+        },
+    ]
+    want[0]["detail"], want[1]["detail"] = detail, {**detail, "value": 8.0}
+    async with running(tmp_path) as srv:
+        async with srv.connect() as ws:
+            await srv.publish([enter, exit_])
+            live = await receive(ws, 2)
+        async with srv.connect(replay=2) as ws:
+            replayed = await receive(ws, 2)
+        async with httpx.AsyncClient(base_url=f"http://{srv.host}:{srv.port}") as http:
+            stored = (await http.get("/v1/events")).json()["events"]
+    for docs in (live, replayed, stored):
+        assert [d["data"] for d in docs] == want
+        order = ["id", "node", "tier", "device", "condition", "phase", "severity", "seq", "started_at"]
+        # The Go field order; ended_at absent on the ENTER (not null).
+        assert [list(d["data"]) for d in docs] == [[*order, "detail"], [*order, "ended_at", "detail"]]
+        assert [d["time"] for d in docs] == ["2023-11-14T22:13:27Z", "2023-11-14T22:14:28Z"]
+        assert all("subject" not in d for d in docs)
 
 
 async def test_unknown_cursor_says_so_then_sends_the_whole_buffer(tmp_path: Path) -> None:

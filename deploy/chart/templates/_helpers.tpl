@@ -41,8 +41,19 @@ app.kubernetes.io/part-of: nvdaemon
 {{- end -}}
 {{- end -}}
 
+{{/*
+The agent's image. The Go chart's repository (what a copied Go values file names) cannot run this chart's config:
+it stands for "the chart's own agent", so this chart's default repository at appVersion is used instead (its tag,
+if any, named a Go release).
+*/}}
+{{- define "nvdaemon.goImage" -}}
+{{- if eq (lower .Values.image.repository) "ghcr.io/keiailab/nodevitals" -}}true{{- end -}}
+{{- end -}}
+
 {{- define "nvdaemon.image" -}}
-{{- if .Values.image.digest -}}
+{{- if include "nvdaemon.goImage" . -}}
+{{- printf "ghcr.io/nvdaemon/nvdaemon:%s" .Chart.AppVersion -}}
+{{- else if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
 {{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
@@ -50,11 +61,13 @@ app.kubernetes.io/part-of: nvdaemon
 {{- end -}}
 
 {{/*
-The DaemonSets to render, as YAML: a list of {name, component, state, tiers, hostMounts, nodeExporter}, one per
-enabled tier, or one holding every enabled tier with singlePod. What the tiers need of the node is decided here for
-the DaemonSet and the agent's config alike: hostMounts, the host's /proc and /sys (core, smart); nodeExporter, the
-node_exporter drop-in, whose collectors run in the core tier only (the smart and gpu pods get neither its config nor
-the host's / mounted).
+The DaemonSets to render, as YAML: a list of {name, component, state, tiers, hostMounts, nodeExporter, root, gpu,
+gpuOnly, hostNetwork}, one per enabled tier, or one holding every enabled tier with singlePod. What the tiers need of
+the node is decided here for the DaemonSet, the agent's config and NOTES alike: hostMounts, the host's /proc and
+/sys (core, smart); nodeExporter, the node_exporter drop-in, whose collectors run in the core tier only (the smart
+and gpu pods get neither its config nor the host's / mounted); root, for smartctl; gpuOnly, the only case that pins
+the pods to GPU nodes (singlePod on a mixed fleet keeps one pod on every node); hostNetwork, for the core pod
+(tiers.core.hostNetwork), the core or singlePod pod (the Go chart's hostNetwork) and forced by nodeExporter.
 */}}
 {{- define "nvdaemon.groups" -}}
 {{- $enabled := list -}}
@@ -82,7 +95,14 @@ the host's / mounted).
   "state" $g.state
   "tiers" $tiers
   "hostMounts" (or (has "core" $tiers) (has "smart" $tiers))
-  "nodeExporter" (and $.Values.nodeExporter.enabled (has "core" $tiers))) -}}
+  "nodeExporter" (and $.Values.nodeExporter.enabled (has "core" $tiers))
+  "root" (has "smart" $tiers)
+  "gpu" (has "gpu" $tiers)
+  "gpuOnly" (eq (toJson $tiers) (toJson (list "gpu")))
+  "hostNetwork" (or
+    (and (has "core" $tiers) $.Values.tiers.core.hostNetwork)
+    (and (or (has "core" $tiers) $.Values.singlePod) $.Values.hostNetwork)
+    (and $.Values.nodeExporter.enabled (has "core" $tiers)))) -}}
 {{- end -}}
 {{- dict "groups" $groups | toYaml -}}
 {{- end -}}
@@ -144,19 +164,31 @@ refs: {{ toJson $refs }}
 {{- $_ := set $cfg "gpu" (deepCopy $v.gpu) -}}
 {{- end -}}
 {{- if $v.history.enabled -}}
-{{- $_ := set $cfg "history" (deepCopy $v.history) -}}
+{{- $history := omit $v.history "hostPath" "mountPath" "chownImage" -}}{{/* the chart's: where the store is mounted */}}
+{{- $_ := set $history "dataDir" $v.history.mountPath -}}
+{{- $_ := set $cfg "history" (deepCopy $history) -}}
 {{- end -}}
 {{- if .group.nodeExporter -}}
-{{- $ne := omit $v.nodeExporter "collectors" "textfileDirectory" -}}{{/* only the keys set: the agent's defaults apply */}}
+{{- $ne := pick $v.nodeExporter "enabled" "diskstats" "filesystem" "netdev" "hwmon" -}}{{/* only the keys set: the agent's defaults apply */}}
 {{- range $key := list "diskstats" "filesystem" "netdev" "hwmon" -}}
 {{- if not (index $ne $key) -}}{{- $ne = omit $ne $key -}}{{- end -}}
 {{- end -}}
-{{- if $v.nodeExporter.collectors -}}{{- $_ := set $ne "collectors" $v.nodeExporter.collectors -}}{{- end -}}
-{{- if $v.nodeExporter.textfileDirectory -}}{{- $_ := set $ne "textfileDirectory" $v.nodeExporter.textfileDirectory -}}{{- end -}}
+{{- with $v.nodeExporter.collectors -}}{{- $_ := set $ne "collectors" . -}}{{- end -}}
+{{- with include "nvdaemon.textfileDirectory" .root -}}{{- $_ := set $ne "textfileDirectory" . -}}{{- end -}}
+{{- with $v.nodeExporter.extraFlags -}}{{- $_ := set $ne "extraFlags" . -}}{{- end -}}
+{{- /* The host's / (filesystem statfs, os-release, udev data), as the Go chart renders it; "" without the mount:
+     the filesystem collector is off, since the container's own mounts are not the node's disks. */ -}}
+{{- $_ := set $ne "rootfsPath" (ternary "/host/root" "" (not (empty $v.nodeExporter.mountRootFS))) -}}
 {{- $_ := set $cfg "nodeExporter" (deepCopy $ne) -}}
-{{- $_ := set $cfg "rootfs" "/host/root" -}}{{/* the host's / (filesystem statfs, os-release, udev data) */}}
 {{- end -}}
-{{- if $v.dcgmCompat.enabled -}}{{- $_ := set $cfg "dcgmCompat" (dict "enabled" true) -}}{{- end -}}
+{{- $dcgm := dict -}}
+{{- if $v.dcgmCompat.enabled -}}{{- $_ := set $dcgm "enabled" true -}}{{- end -}}
+{{- if and .group.gpu $v.dcgmCompat.podAttribution -}}{{/* the socket in the pod-resources mount (daemonset.yaml) */}}
+{{- $_ := set $dcgm "podAttribution" true -}}
+{{- $_ := set $dcgm "podResourcesSocket" "/var/lib/kubelet/pod-resources/kubelet.sock" -}}
+{{- with $v.dcgmCompat.podResourcesTimeoutSeconds -}}{{- $_ := set $dcgm "podResourcesTimeoutSeconds" . -}}{{- end -}}
+{{- end -}}
+{{- if $dcgm -}}{{- $_ := set $cfg "dcgmCompat" $dcgm -}}{{- end -}}
 {{- if $v.smartctlCompat.enabled -}}{{- $_ := set $cfg "smartctlCompat" (dict "enabled" true) -}}{{- end -}}
 {{- $sinks := dict "metrics" (dict "enabled" true "listenAddr" (printf "%s:%d" (include "nvdaemon.bindHost" $v.metrics.bindAddress) (int $v.metrics.port))) -}}
 {{- $hooks := list -}}
@@ -182,18 +214,35 @@ refs: {{ toJson $refs }}
 {{- toYaml (mustMergeOverwrite $cfg (deepCopy $v.extraConfig)) -}}
 {{- end -}}
 
+{{/* A path the pod mounts ({key, dir}) must not shadow, or be shadowed by, a path the chart mounts itself. */}}
+{{- define "nvdaemon.ownPath" -}}
+{{- $dir := .dir -}}
+{{- range $own := list "/etc/nvdaemon" "/var/lib/nvdaemon" "/tmp" "/host" "/var/run/nvsentinel" "/var/run/secrets" "/run/udev" -}}
+{{- if or (eq $dir $own) (hasPrefix (printf "%s/" $own) $dir) (hasPrefix (printf "%s/" $dir) $own) -}}
+{{- fail (printf "%s %s overlaps %s, a path the chart mounts: use another directory" $.key $dir $own) -}}
+{{- end -}}
+{{- end -}}
+{{- $dir -}}
+{{- end -}}
+
 {{/*
-The host directory of the textfile collector, mounted at the same path in the pod; it must not shadow the paths the
-chart mounts itself.
+The host directory of the textfile collector, mounted at the same path in the pod: textfileDirectory (ours) when set,
+else textfileDir (the Go chart's name); "" when off.
 */}}
 {{- define "nvdaemon.textfileDirectory" -}}
-{{- $dir := .Values.nodeExporter.textfileDirectory -}}
-{{- if $dir -}}
-{{- range $own := list "/etc/nvdaemon" "/var/lib/nvdaemon" "/tmp" "/host" "/var/run/nvsentinel" "/var/run/secrets" -}}
-{{- if or (eq $dir $own) (hasPrefix (printf "%s/" $own) $dir) (hasPrefix (printf "%s/" $dir) $own) -}}
-{{- fail (printf "nodeExporter.textfileDirectory %s overlaps %s, a path the chart mounts: use another directory" $dir $own) -}}
+{{- $ne := .Values.nodeExporter -}}
+{{- $key := ternary "nodeExporter.textfileDirectory" "nodeExporter.textfileDir" (not (empty $ne.textfileDirectory)) -}}
+{{- $dir := default $ne.textfileDir $ne.textfileDirectory -}}
+{{- if $dir -}}{{- include "nvdaemon.ownPath" (dict "key" $key "dir" $dir) -}}{{- end -}}
 {{- end -}}
-{{- end -}}
+
+{{/* The history store's mount path, checked like the textfile directory's (and against it). */}}
+{{- define "nvdaemon.historyMountPath" -}}
+{{- $dir := include "nvdaemon.ownPath" (dict "key" "history.mountPath" "dir" .Values.history.mountPath) -}}
+{{- $textfile := "" -}}
+{{- if .Values.nodeExporter.enabled -}}{{- $textfile = include "nvdaemon.textfileDirectory" . -}}{{- end -}}
+{{- if and $textfile (or (eq $dir $textfile) (hasPrefix (printf "%s/" $textfile) $dir) (hasPrefix (printf "%s/" $dir) $textfile)) -}}
+{{- fail (printf "history.mountPath %s overlaps the textfile directory %s: use another directory" $dir $textfile) -}}
 {{- end -}}
 {{- $dir -}}
 {{- end -}}
@@ -208,4 +257,18 @@ runAsNonRoot: {{ ne (int .) 0 }}
 {{/* An IPv6 bind address needs brackets in HOST:PORT. */}}
 {{- define "nvdaemon.bindHost" -}}
 {{- if and (contains ":" .) (not (hasPrefix "[" .)) -}}[{{ . }}]{{- else -}}{{ . }}{{- end -}}
+{{- end -}}
+
+{{/*
+A memory quantity (the Kubernetes syntax: 64Mi, 1G, 268435456) in MiB, as a number; "" when it is not one.
+*/}}
+{{- define "nvdaemon.memoryMiB" -}}
+{{- $q := toString . -}}
+{{- if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) -}}{{- $q = printf "%.0f" (float64 .) -}}{{- end -}}{{/* 1e+08 */}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$" $q -}}
+{{- $number := regexReplaceAll "[^0-9.]+$" $q "" -}}
+{{- $unit := regexReplaceAll "^[0-9.]+" $q "" -}}
+{{- $factors := dict "" 1.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 "P" 1000000000000000.0 "E" 1000000000000000000.0 -}}
+{{- divf (mulf (float64 $number) (index $factors $unit)) 1048576.0 -}}
+{{- end -}}
 {{- end -}}
