@@ -285,6 +285,7 @@ class Reconciler:
         self.lost: dict[tuple[str, str, str], LostGpu] = {}
         self.boot_id = ""
         self.dirty = False
+        self.state_error: str | None = None  # why the last state write failed (a full or read-only stateDir)
         # counters and status
         self.success = 0
         self.skipped = 0
@@ -336,8 +337,21 @@ class Reconciler:
         )
 
     async def persist(self) -> None:
+        """Save what NVSentinel was told. A stateDir that refuses the write (full, read-only) leaves the state dirty
+        and in memory, saved again on the next reconcile: raising would restart the task from the older file and
+        forget what NVSentinel acknowledged since (a condition it still holds that the agent no longer knows of)."""
         self.dirty = False
-        await trio.to_thread.run_sync(atomic_write, self.state_path, self.dump())
+        try:
+            await trio.to_thread.run_sync(atomic_write, self.state_path, self.dump())
+        except OSError as exc:
+            self.dirty = True
+            if self.state_error is None:
+                log.error(
+                    "nvsentinel: state not saved (%s); kept in memory, saved again on the next tick", exc.strerror
+                )
+            self.state_error = exc.strerror or type(exc).__name__
+            return
+        self.state_error = None
 
     @staticmethod
     def _xid_key(x: XidRecord) -> tuple[int, str, str, str]:
@@ -624,6 +638,13 @@ class NvsentinelHealthSink(Sink):
 
     def state(self) -> dict[str, Any]:
         return self.reconciler.state()
+
+    def degraded(self) -> str | None:
+        error = self.reconciler.state_error
+        return f"state not writable: {error}" if error else None
+
+    def state_writable(self) -> bool | None:
+        return self.reconciler.state_error is None
 
 
 def build(agent: Agent) -> list[Sink]:
