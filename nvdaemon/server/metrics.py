@@ -30,6 +30,7 @@ from nvdaemon.compat.node_exporter.surface import render_node_exporter
 from nvdaemon.compat.smartctl import render_smartctl
 from nvdaemon.model import COUNT_LABELS, Kind
 from nvdaemon.server.smart_metrics import smart_self_metrics
+from nvdaemon.server.tier_metrics import tier_self_metrics
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -99,6 +100,7 @@ class SnapshotCollector(Collector):
         yield from (success, present, duration, errors)
         # nodevitals_smart_device_readable{device}: a disk the smart tier could not read is not silent.
         yield from smart_self_metrics(agent.snapshots)
+        yield from tier_self_metrics(agent)  # a stuck tier loop, for alerts (what /healthz says)
 
         events = CounterMetricFamily("nodevitals_events", "Events emitted, by transition.", labels=list(COUNT_LABELS))
         for event_key, n in sorted(agent.event_counts.items()):
