@@ -14,6 +14,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +28,12 @@ from tests.stack.scene import GPU_NODE, GPU_POD, HIGH_LOAD, JOB, LOW_LOAD, NODE,
 pytestmark = pytest.mark.e2e
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "nvdaemon-hardware.json"
-AGENT_ALERTS = {"NvdaemonCollectorFailing", "NvdaemonDeliveryBacklogGrowing", "NvdaemonNvsentinelUnavailable"}
+AGENT_ALERTS = {
+    "NvdaemonCollectorFailing",
+    "NvdaemonDeliveryBacklogGrowing",
+    "NvdaemonNvsentinelUnavailable",
+    "NvdaemonNvsentinelSendsFailing",
+}
 SMART_ALERTS = {
     "NvdaemonDiskPendingSectors",
     "NvdaemonDiskReallocatedSectors",
@@ -119,28 +126,56 @@ def test_no_alert_fires_on_a_healthy_agent(stack: Stack) -> None:
 
 
 def test_agent_alerts_fire_and_resolve(stack: Stack) -> None:
-    """A collector failing (its file replaced by a directory: EISDIR, which root cannot chmod away), the webhook
-    receiver down while events keep coming, the platform-connector away (socket gone), then away leaving a dead
-    socket (connection refused: sends fail). Each alert fires; with the causes removed each resolves."""
+    """A collector failing (its file replaced by a directory: EISDIR, which root cannot chmod away) and the webhook
+    receiver down while events keep coming; then, with load_high held (one health difference pending), the
+    platform-connector away (socket gone), then away leaving a dead socket (connection refused: sends fail). Each
+    alert fires; with the causes removed each resolves."""
     prom = stack.prometheus
     stack.break_file("proc/pressure/io")
     stack.receiver.stop()
-    stack.connector_away()
     stack.start_toggling()
     try:
-        prom.wait_alerts(AGENT_ALERTS)
+        prom.wait_alerts({"NvdaemonCollectorFailing", "NvdaemonDeliveryBacklogGrowing"})
+        stack.stop_toggling()
+        stack.set_load(HIGH_LOAD)  # toggling would make the pending difference come and go
+        stack.connector_away()
+        prom.wait_alerts({"NvdaemonNvsentinelUnavailable"})
         stack.connector_dead_socket()
         prom.wait_alerts({"NvdaemonNvsentinelSendsFailing"})
         errors = prom.query(f'nvsentinel_health_events_publisher_sends_error_total{{pod="{POD}"}}')
         assert "UNAVAILABLE" in {r["metric"]["code"] for r in errors}
     finally:
         stack.stop_toggling()
+        stack.set_load(LOW_LOAD)
         stack.restore_file("proc/pressure/io")
         stack.receiver.start()
         stack.connector_back()
-    prom.wait_resolved(AGENT_ALERTS | {"NvdaemonNvsentinelSendsFailing"})
+    prom.wait_resolved(AGENT_ALERTS)
     assert prom.value(f'nodevitals_delivery_backlog{{pod="{POD}"}}') == 0
     assert prom.value(f'nodevitals_nvsentinel_pending{{pod="{POD}"}}') == 0
+
+
+def test_endpoint_disabled_fires_and_resolves(stack: Stack) -> None:
+    """The receiver answers 410 Gone: the endpoint disables itself and NvdaemonDeliveryEndpointDisabled fires. The
+    receiver answering again and ``nvdaemon spool retry`` (what the alert tells the operator to run, from another
+    process) enable it; the alert resolves."""
+    prom = stack.prometheus
+    stack.receiver.default = 410
+    stack.set_load(HIGH_LOAD)  # load_high ENTER: an event to deliver
+    try:
+        prom.wait_alerts({"NvdaemonDeliveryEndpointDisabled"})
+    finally:
+        stack.receiver.default = 200
+        stack.set_load(LOW_LOAD)
+    retry = subprocess.run(
+        [sys.executable, "-m", "nvdaemon", "spool", "retry", "--config", str(stack.tmp / "config.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert retry.returncode == 0 and "1 disabled endpoint(s) enabled" in retry.stdout, retry.stdout + retry.stderr
+    prom.wait_resolved({"NvdaemonDeliveryEndpointDisabled"})
 
 
 def test_disk_alerts_fire_and_resolve(stack: Stack) -> None:
