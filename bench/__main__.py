@@ -10,7 +10,8 @@ Each reference is measured in the same run, on the same machine:
   against node_exporter scraped at the same rate (targets: ratio <= 1, RSS <= 64 MiB);
 - ``bench/latency.py``: a fixture change -> ENTER at a webhook receiver, a websocket client and the NVSentinel
   connector, from the start of the tick that saw it (target p99 <= 50 ms);
-- ``bench/stream.py``, ``bench/webhook.py``, ``bench/history.py``: the delivery and storage figures.
+- ``bench/stream.py``, ``bench/webhook.py``, ``bench/history.py``: the delivery and storage figures;
+- ``bench/probes.py``: /healthz and /readyz while 500 keep-alive clients hammer /metrics (target max <= 1 s).
 
 Without node_exporter installed the reference columns say "not installed". A benchmark that cannot run (the agent
 failing at start, say) prints why, shows FAILED in its rows, and makes the command exit 1; the others still run.
@@ -115,7 +116,7 @@ def history() -> tuple[list[Row], dict[str, Any]]:
 
 
 def sections() -> list[tuple[str, str, Section]]:
-    from bench import floor, latency, scrape, steady
+    from bench import floor, latency, probes, scrape, steady
 
     return [
         ("floor", "core-tier cycle CPU against reading the same files ...", floor.run),
@@ -126,6 +127,7 @@ def sections() -> list[tuple[str, str, Section]]:
         ("stream", "/v1/events fan-out to 100 websocket clients ...", stream),
         ("webhook", "webhook delivery; agent RSS with a full spool ...", webhook),
         ("history", "history: ingest, 90-day query, five simulated years on disk ...", history),
+        ("probes", f"/healthz, /readyz under {probes.CLIENTS} keep-alive /metrics clients ...", probes.run),
     ]
 
 

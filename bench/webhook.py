@@ -150,7 +150,7 @@ def spooled_rss() -> dict[str, float]:
         }
         with AgentProcess(config) as agent:
             time.sleep(3)  # a few failed attempts against the backlog
-            backlog = msgspec.json.decode(get(agent.url + "/v1/state")[1])["sinks"][name]["backlog"]
+            backlog = msgspec.json.decode(get(agent.url + "/v1/status")[1])["sinks"][name]["backlog"]
             rss = rss_kib(agent.pid)
     return {
         "webhook_spooled_events": backlog,

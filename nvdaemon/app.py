@@ -1,17 +1,22 @@
 """The agent: the root nursery, what every task shares, start, reload and shutdown.
 
 Start: load engine state from stateDir, start the HTTP server (ready when bound), then each tier loop (ready after
-its first tick); ``/readyz`` turns 200 when all of them have started. SIGHUP reloads the config: an invalid one is
-logged and the running one kept, and only tasks whose config changed are restarted. SIGTERM/SIGINT: the tier loops
-are cancelled, engine state is flushed under a shielded deadline, hypercorn is stopped through its shutdown
-trigger, and the process exits 0 within ``shutdownGraceSeconds``. A second signal cuts the grace period short.
+its first tick); ``/readyz`` turns 200 when all of them have started. SIGHUP reloads the config (``Agent.reload``):
+a config that cannot be read, validated or applied is logged and counted and the running one kept, and only tasks
+whose config changed are restarted. Reloads run in their own task, so no error of theirs reaches the root nursery
+and a SIGTERM is answered while one is in progress. SIGTERM/SIGINT: the tier loops are cancelled, engine state is
+flushed under a shielded deadline, hypercorn is stopped through its shutdown trigger, and the process exits 0
+within ``shutdownGraceSeconds``. A second signal cuts the grace period short.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import errno
 import logging
 import signal
+import socket
 import time
 from collections.abc import Hashable
 from pathlib import Path
@@ -25,15 +30,16 @@ from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE as NODE_EXPORTER_TABLE
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
-from nvdaemon.config import ConfigError, LoadedConfig, load_config
+from nvdaemon.config import ConfigError, LoadedConfig
 from nvdaemon.gpu import GpuRuntime, close_gpu, open_gpu
 from nvdaemon.gpu.xid import TASK_NAME as XID_TASK
 from nvdaemon.gpu.xid import serve_xid
 from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Event, new_event_id
+from nvdaemon.reloading import Rules, prepare_reload
 from nvdaemon.sinks import Sink, build_sinks
 from nvdaemon.statefile import atomic_write, quarantine
-from nvdaemon.supervise import Supervisor
+from nvdaemon.supervise import Supervisor, TaskState, describe
 from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,7 @@ events_log = logging.getLogger("nvdaemon.events")
 
 ENGINE_FILE = "engine.json"
 DURABLE_WAIT_SECONDS = 1.0
+HTTP_STOP_SECONDS = 10.0  # a replaced HTTP server's graceful stop (hypercorn's own is at most 5 s), then cancelled
 EventKey = tuple[str, str, str, str, str, str, str]  # nodevitals_events_total's labels: see model.Event.count_key
 
 
@@ -64,13 +71,17 @@ class Agent:
         self.started_at = time.time()
         self.started_clock = 0.0
         self.ready = False
+        self.started = trio.Event()  # the start sequence is done: a SIGHUP before it waits for it
         self.stopping = trio.Event()
         self.http_shutdown = trio.Event()
         self.bound: list[str] = []
+        self.http_sockets: list[socket.socket] = []  # the running HTTP server's listening sockets
+        self._reserved_http: list[socket.socket] | None = None  # a reload's new listenAddr, bound (bind_for)
         self.supervisor: Supervisor | None = None
         self.reloads = 0
         self.changes = 0  # bumped by anything that changes what /metrics shows besides snapshots and events
         self.reload_failures = 0
+        self.last_reload_ok = True
         self.root_scope = trio.CancelScope()
         self._persist_lock = trio.Lock()
         self._engine_dirty = False
@@ -105,7 +116,7 @@ class Agent:
     def server_fingerprint(self) -> Hashable:
         c = self.loaded.config
         s = c.server
-        return (c.sinks.metrics.listen_addr, s.max_request_bytes, s.header_timeout_seconds, s.api_token_file)
+        return (c.sinks.metrics.listen_addr, s)  # apiTokenFile's content is re-read by the server itself
 
     # ---- engine ---------------------------------------------------------------------------------------------
     @property
@@ -239,20 +250,64 @@ class Agent:
             await sup.start(name, sink.serve, critical=sink.critical, fingerprint=sink.fingerprint())
 
     async def reload(self) -> None:
-        """Re-read the config; keep the running one if the new one is invalid; restart only what changed."""
+        """Re-read the config and apply it, or keep the running one. Never raises (``trio.Cancelled`` aside).
+
+        What can fail is tried before anything changes (``reloading.prepare_reload``: the file, the host checks, the
+        rules, and a trial state write when rules are retired). A failure while applying after all (a sink that
+        cannot be built, a state write, the server's restart) rolls back to the running config: its rules, sinks,
+        tier loops and server. A rejected reload is logged and counted
+        (``nodevitals_config_reloads_total{result="rejected"}``, ``nodevitals_config_last_reload_successful`` 0).
+        """
         try:
-            new = await trio.to_thread.run_sync(lambda: load_config(self.config_path, host_root=self.host_root))
-        except ConfigError as exc:
-            self.reload_failures += 1
+            new, rules = await prepare_reload(self.config_path, self.host_root, self.loaded, self.engine)
+            self._reserved_http = self.bind_for(new)  # held from here: no other process can take it meanwhile
+        except Exception as exc:
+            self._reload_rejected(exc)
+            return
+        running, running_rules = self.loaded, self.rules
+        try:
+            await self._apply_config(new, rules)
+        except Exception as exc:
+            self._reload_rejected(exc, applied=True)
+            await self._roll_back(running, running_rules)
+            return
+        self.reloads += 1
+        self.last_reload_ok = True
+        log.info("config reloaded from %s", new.source)
+
+    def _reload_rejected(self, exc: BaseException, applied: bool = False) -> None:
+        self.reload_failures += 1
+        self.last_reload_ok = False
+        self.changes += 1  # /metrics shows the count
+        if isinstance(exc, ConfigError):
             log.error("reload rejected, keeping the running config:\n%s", exc)
             return
-        sup = self.supervisor
-        assert sup is not None
-        self.reloads += 1
+        stage = "while applying it, rolling back" if applied else "keeping the running config"
+        # An OSError explains itself; anything else is a bug worth its traceback.
+        trace = None if isinstance(exc, OSError) else exc
+        log.error("reload failed %s: %s", stage, describe(exc), exc_info=trace)
+
+    async def _roll_back(self, loaded: LoadedConfig, rules: Rules) -> None:
+        """Back to the running config after a failed apply; conditions the rejected rules entered meanwhile EXIT."""
+        self.loaded, self.rules = loaded, rules
+        self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
+        for step in (self._sync_tasks, self.persist_engine):
+            try:
+                await step()
+            except Exception as exc:  # the supervisor keeps retrying what did not start; state is saved next tick
+                log.error("rollback: %s failed: %s", step.__name__.strip("_"), describe(exc))
+
+    async def _apply_config(self, new: LoadedConfig, rules: Rules) -> None:
         self.loaded = new
-        self.rules = engine.compile_rules(new.config.rules)
+        self.rules = rules
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
         await self.persist_engine()
+        await self._sync_tasks()
+
+    async def _sync_tasks(self) -> None:
+        """Restart the tasks whose config differs from ``self.loaded``; start and stop sinks and tiers to match."""
+        sup = self.supervisor
+        assert sup is not None
         await self.sync_sinks()
         wanted = {f"tier:{t}": t for t in self.active_tiers()}
         for name in [n for n in sup.tasks if n.startswith("tier:") and n not in wanted]:
@@ -263,30 +318,101 @@ class Agent:
             running = sup.tasks.get(name)
             if running is None or running.fingerprint != self.tier_fingerprint(tier):
                 await sup.start(name, serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier))
-        http = sup.tasks.get("http")
-        if http is not None and http.fingerprint != self.server_fingerprint():
-            from nvdaemon.server.app import serve_http
+        await self.restart_http(self._take_reserved_http())
 
-            self.http_shutdown.set()
-            await http.done.wait()
-            self.http_shutdown = trio.Event()
-            await sup.start("http", serve_http, self, critical=True, fingerprint=self.server_fingerprint())
-        log.info("config reloaded from %s", new.source)
+    def _take_reserved_http(self) -> list[socket.socket] | None:
+        socks, self._reserved_http = self._reserved_http, None
+        return socks
+
+    def bind_for(self, new: LoadedConfig) -> list[socket.socket] | None:
+        """Sockets bound (not yet listening) to ``new``'s listenAddr when it differs from the running server's,
+        before anything of ``new`` is applied: an address that cannot be had rejects the reload and the old server
+        stays (OSError). None when the address is unchanged (a restarted server takes over the running one's
+        sockets), or when the new address overlaps the running one's port (``127.0.0.1:P`` -> ``:P``): the kernel
+        refuses that bind while the old listener exists, so that server is stopped first (``restart_http``).
+        Sockets that are never handed to a server are closed when dropped (a reload rejected later)."""
+        from nvdaemon.server import listen
+
+        old = self.loaded.config.sinks.metrics.listen_addr
+        addr = new.config.sinks.metrics.listen_addr
+        if self.supervisor is None or "http" not in self.supervisor.tasks or addr == old:
+            return None
+        timeout_ms = listen.user_timeout_ms(new.config.server.header_timeout_seconds)
+        try:
+            return listen.bind(addr, user_timeout_ms=timeout_ms, backlog=None)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE and listen.overlaps(old, addr):
+                return None
+            raise
+
+    async def restart_http(self, socks: list[socket.socket] | None) -> None:
+        """Restart the HTTP server if its settings changed: the new one is listening (on ``socks``, or on dups of
+        the running server's sockets when the address is unchanged) before the old one is told to stop, so no
+        connection is refused meanwhile; the old one then finishes its requests within its graceful timeout.
+        Only a new address overlapping the old port makes the old server stop first (``bind_for``)."""
+        from nvdaemon.server.app import serve_http  # the server imports Agent's module for typing only
+
+        sup = self.supervisor
+        assert sup is not None
+        http = sup.tasks.get("http")
+        if http is None or http.fingerprint == self.server_fingerprint():
+            for sock in socks or []:
+                sock.close()
+            return
+        running_addr = http.fingerprint[0] if isinstance(http.fingerprint, tuple) else None
+        same_addr = running_addr == self.loaded.config.sinks.metrics.listen_addr
+        if socks is None and same_addr and all(sock.fileno() != -1 for sock in self.http_sockets):
+            socks = [sock.dup() for sock in self.http_sockets]
+        old_shutdown, self.http_shutdown = self.http_shutdown, trio.Event()
+        if socks is None:  # the new address needs the old listener gone first
+            await self._stop_http(http, old_shutdown)
+        del sup.tasks["http"]  # kept running until the new one listens: Supervisor.start would cancel it first
+        await sup.start("http", serve_http, self, socks, critical=True, fingerprint=self.server_fingerprint())
+        await self._stop_http(http, old_shutdown)
+
+    @staticmethod
+    async def _stop_http(http: TaskState, shutdown: trio.Event) -> None:
+        """A running server stops gracefully (its shutdown trigger); one in backoff, or one that overruns its
+        graceful timeout, is cancelled."""
+        if http.state == "running":
+            shutdown.set()
+            with trio.move_on_after(HTTP_STOP_SECONDS):
+                await http.done.wait()
+        http.scope.cancel()
+        await http.done.wait()
 
     async def watch_signals(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-            task_status.started()
-            async for signum in signals:
-                if signum == signal.SIGHUP and not self.stopping.is_set():
-                    log.info("SIGHUP: reloading config")
-                    await self.reload()
-                elif signum != signal.SIGHUP:
+        """SIGHUP asks the reloader for a reload (SIGHUPs during one make one more, not one each); SIGTERM/SIGINT
+        stop the agent and cancel a reload in progress; a second one stops it now."""
+        requests, pending = trio.open_memory_channel[None](1)
+        reloader = trio.CancelScope()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._reloader, pending, reloader)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+                task_status.started()
+                async for signum in signals:
+                    if signum == signal.SIGHUP:
+                        if not self.stopping.is_set():
+                            log.info("SIGHUP: reloading config")
+                            with contextlib.suppress(trio.WouldBlock):  # one is queued already: it reads the file
+                                requests.send_nowait(None)
+                        continue
                     if self.stopping.is_set():
                         log.warning("second %s: stopping now", signal.Signals(signum).name)
                         self.root_scope.cancel()
                         return
                     log.info("%s: shutting down", signal.Signals(signum).name)
                     self.stopping.set()
+                    reloader.cancel()  # shutdown stops the tasks; a reload must not start them again
+
+    async def _reloader(self, pending: trio.MemoryReceiveChannel[None], scope: trio.CancelScope) -> None:
+        with scope:
+            async for _ in pending:
+                await self.started.wait()  # never alongside start_tasks, which starts the same tasks
+                try:
+                    await self.reload()
+                except Exception as exc:  # reload() handles its own errors; this keeps a bug in it from the root
+                    self._reload_rejected(exc)
 
     async def run(self) -> None:
         grace = self.loaded.config.shutdown_grace_seconds
@@ -300,6 +426,7 @@ class Agent:
             await root.start(self.watch_signals)
             await self.start_tasks()
             self.ready = True
+            self.started.set()
             log.info("ready: node=%s tiers=%s listening on %s", self.node, ",".join(self.active_tiers()), self.bound)
             await self.stopping.wait()
             root.cancel_scope.deadline = trio.current_time() + grace

@@ -27,7 +27,7 @@ class Subscription:
 
 @dataclass
 class EventBus:
-    """Publish events to every subscriber without waiting; keep the most recent ones for ``/v1/state``."""
+    """Publish events to every subscriber without waiting; keep the most recent ones for ``/v1/status``."""
 
     recent: collections.deque[Event] = field(default_factory=lambda: collections.deque(maxlen=RECENT_EVENTS))
     subscriptions: dict[str, Subscription] = field(default_factory=dict)

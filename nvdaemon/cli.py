@@ -5,6 +5,10 @@ Exit codes: 0 success, 1 runtime failure, 2 bad usage or an invalid config (ever
 
 The Go agent's command line works too: ``-config FILE`` (also ``-config=FILE``, ``--config FILE``), with or without
 ``run`` before it, and with no config flag its default ``/etc/nodevitals/config.yaml`` is read when it exists.
+
+``check-config`` and ``run`` check the same things: the file (size, UTF-8, YAML, keys, types and ranges), then what
+only the host can tell (``preflight``: the listen address binds, the token files are readable); ``run`` starts
+nothing when either finds a problem.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import logging
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from nvdaemon import __version__, tail
 from nvdaemon.config import ConfigError, LoadedConfig, load_config
+from nvdaemon.preflight import preflight
 from nvdaemon.sinks import webhook_cli
 
 EXIT_CONFIG = 2
@@ -46,7 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file and exit (0 valid, 2 invalid)")
     check.add_argument("file")
     check.add_argument("--host-root", type=Path)
-    state = sub.add_parser("state", help="print a running agent's /v1/state")
+    check.add_argument(
+        "--offline",
+        action="store_true",
+        help="check the file only, not this host (listen address, token files): for a config of another machine",
+    )
+    state = sub.add_parser("state", help="print a running agent's status document (/v1/status)")
     state.add_argument("url", nargs="?", default=DEFAULT_URL)
     state.add_argument("--token-file", help="file holding the API bearer token")
     webhook_cli.add_parsers(sub)  # spool list|retry, webhook test
@@ -71,6 +82,26 @@ def config_path(given: str | None, go_default: Path = GO_DEFAULT_CONFIG) -> str 
     return str(go_default) if go_default.is_file() else None
 
 
+def _print_warning(text: str) -> None:
+    print(f"warning: {text}", file=sys.stderr)
+
+
+def _checked(
+    path: str | None, host_root: Path | None, offline: bool = False, warn: Callable[[str], None] = _print_warning
+) -> LoadedConfig | None:
+    """``_load`` plus the host checks; problems are printed as config errors (None), warnings go to ``warn``."""
+    loaded = _load(path, host_root)
+    if loaded is None or offline:
+        return loaded
+    checks = preflight(loaded)
+    for issue in checks.warnings:
+        warn(f"{loaded.source}: {issue.path}: {issue.message}")
+    if checks.problems:
+        print(ConfigError(loaded.source, checks.problems), file=sys.stderr)
+        return None
+    return loaded
+
+
 def _run(args: argparse.Namespace) -> int:
     from nvdaemon import logs
 
@@ -78,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
     log = logging.getLogger("nvdaemon")
     args.config = config_path(args.config)
     log.info("config: %s", args.config or "the embedded default")
-    loaded = _load(args.config, args.host_root)
+    loaded = _checked(args.config, args.host_root, warn=log.warning)
     if loaded is None:
         return EXIT_CONFIG
     for note in loaded.notes:
@@ -101,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _state(args: argparse.Namespace) -> int:
-    req = urllib.request.Request(args.url.rstrip("/") + "/v1/state")
+    req = urllib.request.Request(args.url.rstrip("/") + "/v1/status")
     if args.token_file:
         req.add_header("Authorization", "Bearer " + Path(args.token_file).read_text().strip())
     try:
@@ -123,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return _run(args)
     if args.command == "check-config":
-        loaded = _load(args.file, args.host_root)
+        loaded = _checked(args.file, args.host_root, offline=args.offline)
         if loaded is None:
             return EXIT_CONFIG
         c = loaded.config

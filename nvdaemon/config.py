@@ -3,6 +3,11 @@
 Keys are camelCase and a superset of the Go agent's. Unknown keys are errors (a typo must not silently disable a
 rule). ``${VAR}`` in a string value is replaced from the environment after YAML parsing, so a variable can never
 inject YAML structure. Errors never echo string values, because those may be secrets.
+
+Input is bounded: the file is read up to ``MAX_CONFIG_BYTES`` and must be UTF-8, its YAML nesting and alias expansion
+are capped (``configcheck.load_yaml``), and every number has a range. Floors keep a typo from spinning a core
+(``intervalSeconds: 0.000000001``); ceilings keep timeouts and sizes to what a node can live with. The floors of
+the two tick intervals admit the sub-second ticks of the fixture tests; the Go agent's smallest interval is 1 s.
 """
 
 from __future__ import annotations
@@ -21,12 +26,26 @@ import yaml
 
 from nvdaemon import goconfig
 from nvdaemon.compat.node_exporter.options import node_exporter_issues
-from nvdaemon.configcheck import ConfigIssue, check_against, locate, yaml_index
+from nvdaemon.configcheck import ConfigIssue, InputLimitError, check_against, load_yaml, locate
 from nvdaemon.sinks.nvsentinel_config import normalise_xid_keys, nvsentinel_issues
 from nvdaemon.sinks.webhook_config import webhook_issues
 
+MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: a real config is a few KiB
+MIN_INTERVAL_SECONDS = 0.05  # intervalSeconds floor (a tick of the core/gpu tiers)
+MIN_SMART_INTERVAL_SECONDS = 0.25  # smart.intervalSeconds floor: every tick runs smartctl on every disk
+MIN_RETRY_SECONDS = 0.01  # backoff and retry delays
+MAX_TIMEOUT_SECONDS = 600.0  # every timeout and grace period
+MAX_INTERVAL_SECONDS = 86_400.0
+
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
+Timeout = Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT_SECONDS)]
+Retry = Annotated[float, msgspec.Meta(ge=MIN_RETRY_SECONDS, le=MAX_INTERVAL_SECONDS)]
 Count = Annotated[int, msgspec.Meta(ge=1)]
+Attempts = Annotated[int, msgspec.Meta(ge=1, le=1000)]
+QueueSize = Annotated[int, msgspec.Meta(ge=1, le=100_000)]  # events held in memory
+Interval = Annotated[float, msgspec.Meta(ge=MIN_INTERVAL_SECONDS, le=MAX_INTERVAL_SECONDS)]
+SmartInterval = Annotated[float, msgspec.Meta(ge=MIN_SMART_INTERVAL_SECONDS, le=7 * MAX_INTERVAL_SECONDS)]
+
 TierName = Literal["core", "smart", "gpu"]
 DEFAULT_LISTEN = "127.0.0.1:9847"
 
@@ -79,16 +98,20 @@ class Rule(_Section):
 
 class ServerConfig(_Section):
     api_token_file: str = ""  # bearer token guarding /v1/*; /metrics, /healthz, /readyz stay open
-    max_request_bytes: Count = 65536
-    header_timeout_seconds: Seconds = 10.0
+    max_request_bytes: Annotated[int, msgspec.Meta(ge=1, le=16 << 20)] = 65536
+    header_timeout_seconds: Timeout = 10.0
+    idle_timeout_seconds: Timeout = 10.0  # a keep-alive connection with no request in progress is closed after it
+    # Served at once; above it only /healthz and /readyz are answered (503 otherwise).
+    max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1024
+    max_websocket_message_bytes: Annotated[int, msgspec.Meta(ge=1, le=16 << 20)] = 4096  # inbound; larger: 1009
 
 
 class SmartConfig(_Section):
     smartctl_path: str = "smartctl"
     devices: list[str] = msgspec.field(default_factory=list)
-    interval_seconds: Seconds = 300.0
-    timeout_seconds: Seconds = 30.0  # per smartctl run; the process (group) is killed after it
-    max_concurrent: Count = 4  # smartctl processes at once (a 24-disk JBOD never runs 24)
+    interval_seconds: SmartInterval = 300.0
+    timeout_seconds: Timeout = 30.0  # per smartctl run; the process (group) is killed after it
+    max_concurrent: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4  # smartctl processes at once (not 24 on a JBOD)
 
 
 class GpuConfig(_Section):
@@ -98,8 +121,8 @@ class GpuConfig(_Section):
 
 
 class SpoolConfig(_Section):
-    max_events: Count = 100_000
-    max_bytes: Count = 268_435_456
+    max_events: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 100_000
+    max_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 40)] = 268_435_456
 
 
 class WebhookSink(_Section):
@@ -108,13 +131,13 @@ class WebhookSink(_Section):
     secrets: list[str] = msgspec.field(default_factory=list)
     secret_file: str = ""
     mode: Literal["structured", "binary"] = "structured"
-    timeout_seconds: Seconds = 15.0
-    max_age_hours: Seconds = 72.0
-    max_attempts: Count = 3
+    timeout_seconds: Timeout = 15.0
+    max_age_hours: Annotated[float, msgspec.Meta(gt=0, le=8760)] = 72.0
+    max_attempts: Attempts = 3
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     allow_insecure: bool = False
-    backoff_base_seconds: Seconds = 1.0
-    backoff_max_seconds: Seconds = 300.0
+    backoff_base_seconds: Retry = 1.0
+    backoff_max_seconds: Retry = 300.0
 
 
 class MetricsSink(_Section):
@@ -130,19 +153,19 @@ class NvsentinelSink(_Section):
     processing_strategy: ProcessingStrategyName = "EXECUTE_REMEDIATION"  # STORE_ONLY for an observe-only rollout
     healthy_baseline: bool = True  # a healthy event for every configured check the first time it is seen
     xid_actions: dict[str, RecommendedActionName] = msgspec.field(default_factory=dict)  # XID -> action overrides
-    call_timeout_seconds: Seconds = 5.0
-    max_attempts: Count = 5  # per difference and tick, on UNAVAILABLE / DEADLINE_EXCEEDED / reset / broken pipe
-    retry_initial_seconds: Seconds = 2.0
-    retry_multiplier: Annotated[float, msgspec.Meta(ge=1)] = 1.5
+    call_timeout_seconds: Timeout = 5.0
+    max_attempts: Attempts = 5  # per difference and tick, on UNAVAILABLE / DEADLINE_EXCEEDED / reset / broken pipe
+    retry_initial_seconds: Retry = 2.0
+    retry_multiplier: Annotated[float, msgspec.Meta(ge=1, le=10)] = 1.5
     retry_jitter: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.1  # +-10 % of each delay
 
 
 class StreamSink(_Section):
     enabled: bool = True
-    buffer_size: Count = 1000  # ring buffer of recent events replayed on connect
-    max_clients: Count = 64  # more websocket clients get HTTP 503 before the upgrade
-    client_queue: Count = 256  # events a client may lag behind before it is closed with 1013
-    ping_seconds: Seconds = 20.0
+    buffer_size: QueueSize = 1000  # ring buffer of recent events replayed on connect
+    max_clients: QueueSize = 64  # more websocket clients get HTTP 503 before the upgrade
+    client_queue: QueueSize = 256  # events a client may lag behind before it is closed with 1013
+    ping_seconds: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 20.0
 
 
 class Sinks(_Section):
@@ -154,8 +177,8 @@ class Sinks(_Section):
 
 class HistoryConfig(_Section):
     enabled: bool = False
-    interval_minutes: Count = 5
-    retention_days: Count = 1825
+    interval_minutes: Annotated[int, msgspec.Meta(ge=1, le=1440)] = 5
+    retention_days: Annotated[int, msgspec.Meta(ge=1, le=36_500)] = 1825
     metrics: list[str] = msgspec.field(default_factory=list)
     data_dir: str = ""  # the directory of the history database ("" = stateDir); the Go agent's key
 
@@ -181,7 +204,7 @@ class NodeDiskstatsOptions(_Section):
 class NodeFilesystemOptions(_Section):
     mount_points_exclude: str = NODE_MOUNT_POINTS_EXCLUDE
     fs_types_exclude: str = NODE_FS_TYPES_EXCLUDE
-    mount_timeout_seconds: Seconds = 5.0  # a statfs slower than this marks the mount stuck (device_error 1)
+    mount_timeout_seconds: Timeout = 5.0  # a statfs slower than this marks the mount stuck (device_error 1)
 
 
 class NodeNetdevOptions(_Section):
@@ -207,21 +230,23 @@ class NodeExporterConfig(_Section):
     filesystem: NodeFilesystemOptions = msgspec.field(default_factory=NodeFilesystemOptions)
     netdev: NodeNetdevOptions = msgspec.field(default_factory=NodeNetdevOptions)
     hwmon: NodeHwmonOptions = msgspec.field(default_factory=NodeHwmonOptions)
+    # A larger *.prom file is skipped (node_textfile_scrape_error 1) and counted as a collector error.
+    textfile_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=256 << 20)] = 4 << 20
 
 
 class Config(_Section):
     node: str = ""
     tiers: list[TierName] = msgspec.field(default_factory=lambda: ["core"])
     tier: TierName | None = None  # legacy single-tier key of the Go agent
-    interval_seconds: Seconds = 15.0
+    interval_seconds: Interval = 15.0
     proc_root: str = "/proc"
     sys_root: str = "/sys"
     dev_root: str = "/dev"
     rootfs: str = "/"
     state_dir: str = ""
     rules: list[Rule] = msgspec.field(default_factory=list)
-    shutdown_grace_seconds: Seconds = 10.0
-    collector_timeout_seconds: Seconds = 5.0
+    shutdown_grace_seconds: Timeout = 10.0
+    collector_timeout_seconds: Timeout = 5.0
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     smart: SmartConfig = msgspec.field(default_factory=SmartConfig)
     gpu: GpuConfig = msgspec.field(default_factory=GpuConfig)
@@ -256,6 +281,14 @@ class LoadedConfig:
     notes: tuple[str, ...] = ()  # where this file means something the Go agent would do differently (check-config)
 
 
+NODE_IN_POD = (
+    "not set and NODE_NAME is empty, inside Kubernetes (KUBERNETES_SERVICE_HOST is set): the hostname would be the "
+    "pod's name, not the node's. Set NODE_NAME from the downward API in the container spec:\n"
+    "      env:\n"
+    "        - name: NODE_NAME\n"
+    "          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}\n"
+    "    or set node: in the config"
+)
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -344,13 +377,16 @@ def parse_config(
 ) -> LoadedConfig:
     """Parse and validate YAML text; raise ``ConfigError`` listing every problem at once."""
     env = os.environ if env is None else env
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(source, [ConfigIssue("", f"larger than {MAX_CONFIG_BYTES} bytes: not a config file")])
     try:
-        raw = yaml.safe_load(text)
-        lines, duplicates = yaml_index(text)
+        raw, lines, duplicates = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         raise ConfigError(source, [ConfigIssue("", f"not valid YAML: {getattr(exc, 'problem', exc)}", line)]) from None
+    except InputLimitError as exc:
+        raise ConfigError(source, [ConfigIssue("", f"refused: {exc.message}", exc.line)]) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -377,7 +413,12 @@ def parse_config(
             rootfs=str(host_root),
         )
     tiers = tuple(dict.fromkeys(cfg.tiers))  # goconfig resolved tier/tiers as the Go agent does
-    node = cfg.node or env.get("NODE_NAME") or socket.gethostname()
+    node = cfg.node or env.get("NODE_NAME") or ""
+    if not node and env.get("KUBERNETES_SERVICE_HOST"):
+        # In a pod the hostname is the pod's name: every series would carry it, and NVSentinel's platform-connector
+        # rejects every HealthEvent for a node that does not exist (PERMISSION_DENIED), leaving only a counter.
+        raise ConfigError(source, [ConfigIssue("node", NODE_IN_POD, lines.get("node"))])
+    node = node or socket.gethostname()
     state_dir = Path(cfg.state_dir) if cfg.state_dir else default_state_dir(env)
     return LoadedConfig(config=cfg, source=source, node=node, state_dir=state_dir, tiers=tiers, notes=tuple(notes))
 
@@ -388,7 +429,16 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None, host_roo
         text = resources.files("nvdaemon").joinpath("default.yaml").read_text(encoding="utf-8")
         return parse_config(text, "<embedded default>", env, host_root)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)  # never more: a wrong path may name a huge file
     except OSError as exc:
         raise ConfigError(path, [ConfigIssue("", f"cannot read config file: {exc.strerror or exc}")]) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(path, [ConfigIssue("", f"larger than {MAX_CONFIG_BYTES} bytes: not a config file")])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        why = f"not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}"
+        raise ConfigError(path, [ConfigIssue("", why, line)]) from None
     return parse_config(text, path, env, host_root)

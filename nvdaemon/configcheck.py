@@ -3,6 +3,10 @@
 msgspec stops at the first error; operators fixing a config on a node want the whole list, each with the key path,
 the line in the file and what was expected. This walks the tree against ``msgspec.inspect`` type info. Values are
 never echoed (they may be secrets), only key names and the allowed choices.
+
+YAML input is bounded before anything walks it (``load_yaml``): at most ``MAX_DEPTH`` nested collections, and
+aliases may bring in at most ``MAX_ALIAS_NODES`` nodes in all (a 300-byte "billion laughs" file would otherwise
+expand to hundreds of millions); an alias to a collection that contains it is refused.
 """
 
 from __future__ import annotations
@@ -26,7 +30,73 @@ class ConfigIssue:
         return f":{self.line}" if self.line is not None else ""
 
 
-def yaml_index(text: str) -> tuple[dict[str, int], list[ConfigIssue]]:
+MAX_DEPTH = 64  # nested mappings/lists; a real config needs about 8
+MAX_ALIAS_NODES = 10_000  # nodes brought in by all aliases together, each counted with everything under it
+
+
+class InputLimitError(Exception):
+    """The YAML text is beyond a limit (nesting, alias expansion); ``line`` is 1-based where known."""
+
+    def __init__(self, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with its composer bounded: depth counted on the way down, and the expanded size of
+    every collection recorded on the way up, so an alias costs the size of what it refers to."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self._depth = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> nodes in it, aliases expanded
+        self._aliased = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        line = event.start_mark.line + 1 if event.start_mark is not None else None
+        if isinstance(event, yaml.AliasEvent):
+            target = self.anchors.get(event.anchor)
+            if target is not None:
+                size = self._sizes.get(id(target))
+                if size is None:  # its anchor is still being composed: the alias is inside what it names
+                    raise InputLimitError(f"alias *{event.anchor} refers to a collection that contains it", line)
+                self._aliased += size
+                if self._aliased > MAX_ALIAS_NODES:
+                    raise InputLimitError(f"aliases expand to more than {MAX_ALIAS_NODES} values", line)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise InputLimitError(f"nested more than {MAX_DEPTH} levels deep", line)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        self._sizes[id(node)] = 1 + sum(self._sizes.get(id(c), 1) for c in children)
+        return node
+
+
+def load_yaml(text: str) -> tuple[Any, dict[str, int], list[ConfigIssue]]:
+    """Parse YAML text once, within ``MAX_DEPTH`` and ``MAX_ALIAS_NODES``: the data, the line of each key path and
+    the keys given twice (see ``yaml_index``). Raises ``yaml.YAMLError`` or ``InputLimitError``."""
+    loader = _BoundedLoader(text)
+    try:
+        root = loader.get_single_node()
+        lines, duplicates = yaml_index(root)  # before construction, which merges `<<` keys into the nodes
+        data = loader.construct_document(root) if root is not None else None
+    finally:
+        loader.dispose()
+    return data, lines, duplicates
+
+
+def yaml_index(root: yaml.Node | None) -> tuple[dict[str, int], list[ConfigIssue]]:
     """Walk the YAML node tree once: the 1-based line of each key path (``rules[0].op``), and the keys given twice
     in one mapping (YAML loaders silently keep the last, which could drop a whole rules list)."""
     lines: dict[str, int] = {}
@@ -49,7 +119,6 @@ def yaml_index(text: str) -> tuple[dict[str, int], list[ConfigIssue]]:
             for i, item in enumerate(node.value):
                 walk(item, f"{path}[{i}]")
 
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
     if root is not None:
         walk(root, "")
     return lines, duplicates

@@ -5,13 +5,14 @@ Everything here is plain data: no I/O and no trio import, so the pure core can b
 
 from __future__ import annotations
 
-import datetime as dt
 import enum
 import os
 import time
 from typing import Any
 
 import msgspec
+
+from nvdaemon import gotime
 
 Labels = tuple[tuple[str, str], ...]
 """Extra labels of a series, sorted by name; a tuple so that series keys are hashable."""
@@ -71,12 +72,12 @@ class Sample(msgspec.Struct, frozen=True):
 
 
 def rfc3339(ts: float) -> str:
-    """Seconds since the epoch as an RFC 3339 time in UTC with microseconds: ``2026-01-02T03:04:05.123456Z``.
+    """Seconds since the epoch as an RFC 3339 time in UTC, the way Go's ``time.Time`` marshals it: at most
+    microseconds (all a float of epoch seconds holds), trailing zeros trimmed (``2026-01-02T03:04:05.1234Z``).
 
-    Go's ``time.Time`` unmarshals it (any count of fraction digits), so does the CloudEvents SDK; microseconds are
-    all a float of epoch seconds holds; the fixed width makes the strings sort as the times do.
+    One format for every time we write (event data, the CloudEvent ``time``, REST), so a Go client reads them all.
     """
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return gotime.rfc3339(ts)
 
 
 COUNT_LABELS = ("node", "tier", "device", "condition", "severity", "phase", "xid")

@@ -25,7 +25,7 @@ ServeFn = Callable[..., Awaitable[None]]
 
 @dataclass
 class TaskState:
-    """What ``/v1/state`` and the metrics show about one supervised task."""
+    """What ``/v1/status`` and the metrics show about one supervised task."""
 
     name: str
     critical: bool

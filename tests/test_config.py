@@ -260,7 +260,7 @@ def test_every_error_reported_at_once_with_file_line_and_path() -> None:
         assert f"/etc/nvdaemon/bad.yaml:{line}: {path}: " in text
     messages = issue_map(err)
     assert "one of" in messages["tiers[1]"][1]
-    assert "a number > 0" in messages["intervalSeconds"][1]
+    assert "a number >= 0.05" in messages["intervalSeconds"][1]
     assert "a number" in messages["rules[0].threshold"][1]
     assert "required key missing" in messages["rules[1].metric"][1]
     assert ">= 1" in messages["spool.maxEvents"][1]

@@ -1,7 +1,7 @@
 """End to end: ``nvdaemon run`` as a real subprocess on a copy of a fixture host.
 
 Checks the exposition against a golden file (volatile series filtered; regenerate with NVDAEMON_UPDATE_GOLDEN=1)
-and with ``promtool check metrics``; edits fixture files and watches ENTER and EXIT arrive in /v1/state; restarts
+and with ``promtool check metrics``; edits fixture files and watches ENTER and EXIT arrive in /v1/status; restarts
 on the same stateDir without a repeated ENTER; reloads on SIGHUP (a bad config is kept out); exits 0 on SIGTERM
 within the grace period; exits 2 on a broken config with the key path on stderr.
 """
@@ -87,10 +87,18 @@ class Agent:
         except OSError:
             return 0, b""
 
-    def state(self) -> dict[str, Any]:
-        status, body = self.get("/v1/state")
+    def status(self) -> dict[str, Any]:
+        """``/v1/status``: conditions, recent events, tasks, sinks, reloads."""
+        status, body = self.get("/v1/status")
         assert status == 200
         doc: dict[str, Any] = json.loads(body)
+        return doc
+
+    def samples(self) -> list[dict[str, Any]]:
+        """``/v1/state``: the Go agent's array of the last samples."""
+        status, body = self.get("/v1/state")
+        assert status == 200
+        doc: list[dict[str, Any]] = json.loads(body)
         return doc
 
     def kill(self) -> None:
@@ -124,11 +132,11 @@ def stable_lines(exposition: str) -> str:
 
 
 def conditions(agent: Agent) -> set[tuple[str, str]]:
-    return {(c["condition"], c["device"]) for c in agent.state()["conditions"]}
+    return {(c["condition"], c["device"]) for c in agent.status()["conditions"]}
 
 
 def events(agent: Agent, condition: str, phase: str) -> list[dict[str, Any]]:
-    return [e for e in agent.state()["recentEvents"] if e["condition"] == condition and e["phase"] == phase]
+    return [e for e in agent.status()["recentEvents"] if e["condition"] == condition and e["phase"] == phase]
 
 
 def test_metrics_match_golden_and_pass_promtool(agent: Agent) -> None:
@@ -172,13 +180,13 @@ def test_fixture_edits_raise_enter_then_exit_and_restart_keeps_state(agent: Agen
     # Load rises again: a fresh ENTER.
     (agent.host / "proc" / "loadavg").write_text("30.00 20.00 10.00 40/1310 223344\n")
     wait_for(lambda: len(events(agent, "load_high", "ENTER")) == 2, "second load_high ENTER")
-    seq_before = agent.state()["eventSeq"]
+    seq_before = agent.status()["eventSeq"]
     code, _ = agent.stop()
     assert code == 0
 
     # Restart on the same stateDir with the condition still breaching: no repeated ENTER, seq continues.
     agent.start()
-    state = agent.state()
+    state = agent.status()
     assert ("load_high", "cpu") in {(c["condition"], c["device"]) for c in state["conditions"]}
     time.sleep(1.0)  # several ticks at 0.3 s
     assert events(agent, "load_high", "ENTER") == []
@@ -194,7 +202,7 @@ def test_vanished_device_stays_active_and_stale(agent: Agent) -> None:
     shutil.rmtree(agent.host / "sys" / "bus" / "pci" / "devices" / "0000:3b:00.0")
 
     def stale() -> bool:
-        return any(c["condition"] == "pcie_aer_fatal" and c["stale"] for c in agent.state()["conditions"])
+        return any(c["condition"] == "pcie_aer_fatal" and c["stale"] for c in agent.status()["conditions"])
 
     wait_for(stale, "stale condition")
     assert events(agent, "pcie_aer_fatal", "EXIT") == []
@@ -204,18 +212,18 @@ def test_vanished_device_stays_active_and_stale(agent: Agent) -> None:
 def test_sighup_reload_keeps_running_config_when_new_one_is_invalid(agent: Agent) -> None:
     agent.start()
     assert agent.proc is not None
-    started = agent.state()["tasks"]["tier:core"]["startedAt"]
+    started = agent.status()["tasks"]["tier:core"]["startedAt"]
     wait_for(lambda: ("load_high", "cpu") in conditions(agent), "load_high ENTER")
     good = agent.config.read_text()
     agent.config.write_text(good + "bogusKey: 1\n")
     agent.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: agent.state()["reloads"]["rejected"] == 1, "rejected reload")
+    wait_for(lambda: agent.status()["reloads"]["rejected"] == 1, "rejected reload")
     assert agent.get("/healthz")[0] == 200
     # A valid change: the load rule's threshold goes above the fixture's load, so load_high never enters.
     agent.config.write_text(good.replace("threshold: 16", "threshold: 99"))
     agent.proc.send_signal(signal.SIGHUP)
-    wait_for(lambda: agent.state()["reloads"]["ok"] == 1, "accepted reload")
-    tasks = agent.state()["tasks"]
+    wait_for(lambda: agent.status()["reloads"]["ok"] == 1, "accepted reload")
+    tasks = agent.status()["tasks"]
     assert tasks["tier:core"]["state"] == "running"
     assert tasks["tier:core"]["startedAt"] == started  # only rules changed: the tier loop kept running
     assert tasks["http"]["restarts"] == 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 import time
 from pathlib import Path
 
@@ -71,17 +73,44 @@ async def test_no_total_suffix_is_ever_appended(tmp_path: Path) -> None:
     assert 'nodevitals_hw_nvme_bytes_read_total{device="nvme0n1",node="n1",tier="smart"} 5.0' in text
 
 
-async def test_state_document(tmp_path: Path) -> None:
+async def test_state_is_the_go_sample_array(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path)
+    client = build_app(agent).test_client()
+    resp = await client.get("/v1/state")
+    assert (resp.status_code, json.loads(await resp.get_data())) == (200, [])  # nothing collected yet
+    add_snapshot(agent)
+    gpu = [
+        Sample("gpu_temperature_celsius", "gpu0", 61.0, labels=make_labels({"gpu_uuid": "GPU-0"}), timestamp=2.25),
+        Sample("gpu_power_watts", "gpu0", math.nan, timestamp=0.0),  # no timestamp of its own: the snapshot's
+    ]
+    agent.on_snapshot(TierSnapshot("gpu", gpu, {}, collected_at=1_767_323_045.5, duration=0.01))
+    resp = await client.get("/v1/state")
+    assert resp.headers["Content-Type"] == "application/json"
+    # Go's model.Sample, field for field and in its order: kind left out for a gauge, labels when empty.
+    assert json.loads(await resp.get_data(), object_pairs_hook=list) == [
+        [("node", "n1"), ("tier", "core"), ("device", "cpu"), ("metric", "load1"), ("value", 3.5),
+         ("timestamp", "1970-01-01T00:00:01Z")],
+        [("node", "n1"), ("tier", "core"), ("device", "io"), ("metric", "psi_stall_seconds_total"),
+         ("kind", "counter"), ("value", 12.5), ("labels", [("kind", "some")]), ("timestamp", "1970-01-01T00:00:01Z")],
+        [("node", "n1"), ("tier", "gpu"), ("device", "gpu0"), ("metric", "gpu_temperature_celsius"), ("value", 61.0),
+         ("labels", [("gpu_uuid", "GPU-0")]), ("timestamp", "1970-01-01T00:00:02.25Z")],
+        [("node", "n1"), ("tier", "gpu"), ("device", "gpu0"), ("metric", "gpu_power_watts"), ("value", None),
+         ("timestamp", "2026-01-02T03:04:05.5Z")],
+    ]  # fmt: skip
+
+
+async def test_status_document(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, "rules: [{metric: load1, condition: load_high, threshold: 3}]\n")
     add_snapshot(agent)
-    resp = await build_app(agent).test_client().get("/v1/state")
+    resp = await build_app(agent).test_client().get("/v1/status")
     doc = json.loads(await resp.get_data())
     assert doc["node"] == "n1"
+    assert doc["tiers"]["core"]["samples"] == 2
     assert doc["tiers"]["core"]["collectors"]["loadavg"]["success"] is True
-    assert {"metric": "load1", "device": "cpu", "value": 3.5}.items() <= doc["samples"][0].items()
     assert doc["conditions"][0]["condition"] == "load_high" and doc["conditions"][0]["stale"] is False
     assert doc["recentEvents"][0]["phase"] == "ENTER"
     assert doc["eventSeq"] == 1
+    assert "samples" not in doc  # they are /v1/state's
 
 
 async def test_json_errors_for_unknown_paths_and_methods(tmp_path: Path) -> None:
@@ -99,13 +128,15 @@ async def test_api_token_guards_v1_only(tmp_path: Path) -> None:
     token.write_text("s3cret-token-value\n")
     agent = make_agent(tmp_path, f"server: {{apiTokenFile: {token}}}\n")
     client = build_app(agent).test_client()
-    assert (await client.get("/v1/state")).status_code == 401
-    wrong = await client.get("/v1/state", headers={"Authorization": "Bearer nope"})
-    assert wrong.status_code == 401
-    assert json.loads(await wrong.get_data()) == {"error": "unauthorized"}
-    ok = await client.get("/v1/state", headers={"Authorization": "Bearer s3cret-token-value"})
-    assert ok.status_code == 200
-    assert b"s3cret" not in await ok.get_data()
+    for path in ("/v1/state", "/v1/status", "/v1/history/load1"):
+        assert (await client.get(path)).status_code == 401
+        wrong = await client.get(path, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        assert json.loads(await wrong.get_data()) == {"error": "unauthorized"}
+    for path, status in (("/v1/state", 200), ("/v1/status", 200), ("/v1/history/load1", 404)):
+        ok = await client.get(path, headers={"Authorization": "Bearer s3cret-token-value"})
+        assert ok.status_code == status
+        assert b"s3cret" not in await ok.get_data()
     for open_path in ("/metrics", "/healthz", "/readyz"):
         assert (await client.get(open_path)).status_code != 401
 
@@ -208,3 +239,47 @@ async def test_request_body_limit(tmp_path: Path) -> None:
     resp = await client.post("/v1/echo", data=b"x" * 4096)
     assert resp.status_code == 413
     assert resp.headers["Content-Type"] == "application/json"
+
+
+async def test_api_token_file_is_reread_on_change_and_fails_closed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("first-token-aaaa\n")
+    agent = make_agent(tmp_path, f"server: {{apiTokenFile: {token}}}\n")
+    client = build_app(agent).test_client()
+
+    async def status(value: str) -> int:
+        return (await client.get("/v1/state", headers={"Authorization": f"Bearer {value}"})).status_code
+
+    assert await status("first-token-aaaa") == 200
+    # Rewritten in place, same length (so size and maybe mtime look unchanged): the new token works, the old no more.
+    with token.open("r+") as f:
+        f.write("other-token-bbbb\n")
+    assert await status("other-token-bbbb") == 200
+    assert await status("first-token-aaaa") == 401
+    # Replaced the way a Kubernetes secret volume does it: a new file renamed over the old one.
+    fresh = tmp_path / "token.new"
+    fresh.write_text("third-token\n")
+    fresh.replace(token)
+    assert await status("third-token") == 200
+    assert await status("other-token-bbbb") == 401
+    # Missing, then empty: every guarded request is refused, logged once; the open paths stay open.
+    with caplog.at_level(logging.ERROR, logger="nvdaemon.server.token"):
+        token.unlink()
+        for _ in range(3):
+            assert await status("third-token") == 401
+        token.write_text("  \n")
+        assert await status("third-token") == 401
+        assert (await client.get("/healthz")).status_code != 401
+    refusals = [r for r in caplog.records if "api token file" in r.getMessage()]
+    assert len(refusals) == 1 and "third-token" not in caplog.text
+    token.write_text("fourth-token\n")
+    assert await status("fourth-token") == 200
+
+
+async def test_missing_token_file_at_start_fails_closed(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, f"server: {{apiTokenFile: {tmp_path / 'absent'}}}\n")
+    client = build_app(agent).test_client()  # building the app no longer fails: the server keeps its probes
+    assert (await client.get("/v1/state", headers={"Authorization": "Bearer x"})).status_code == 401
+    assert (await client.get("/readyz")).status_code == 503

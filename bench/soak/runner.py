@@ -187,8 +187,8 @@ class Soak:
         except httpx.HTTPError:
             return None
 
-    async def state(self) -> dict[str, Any] | None:
-        r = await self.get("/v1/state")
+    async def status(self) -> dict[str, Any] | None:
+        r = await self.get("/v1/status")
         if r is None or r.status_code != 200:
             return None
         doc: dict[str, Any] = r.json()
@@ -272,7 +272,7 @@ class Soak:
                 run.proc.send_signal(signal.SIGHUP)
                 with trio.move_on_after(20) as waited:
                     while True:
-                        st = await self.state()
+                        st = await self.status()
                         if st is not None and st["reloads"]["ok"] + st["reloads"]["rejected"] >= run.reloads_sent:
                             break
                         await trio.sleep(0.2)
@@ -300,7 +300,7 @@ class Soak:
         await trio.sleep_until(at)
         async with self.lock:
             with trio.CancelScope(shield=True):
-                st = await self.state()
+                st = await self.status()
                 if st is not None:
                     self.run.reloads = dict(st["reloads"])
                 self.run.proc.send_signal(signal.SIGKILL)
@@ -372,7 +372,7 @@ class Soak:
         # Settle: nothing happens for a while; a task that keeps restarting shows it here.
         before = state["tasks"] if state else {}
         await trio.sleep(8)
-        after = await self.state() or {}
+        after = await self.status() or {}
         health = await self.get("/healthz")
         final = dict(after)
         self.run.reloads = dict(final.get("reloads", {}))
@@ -430,7 +430,7 @@ class Soak:
         state: dict[str, Any] | None = None
         while trio.current_time() < deadline:
             await trio.sleep(1)
-            state = await self.state()
+            state = await self.status()
             if state is None:
                 continue
             logged = [e for run in self.runs for e in parse_log(run.index, run.log_path)[0]]

@@ -9,11 +9,21 @@ A collector module holds three layers, kept apart so the middle one can be teste
 
 ``gather`` (read+parse) runs in a worker thread under a timeout because /sys reads can hang on sick hardware;
 ``interpret`` runs on the event loop and must be cheap.
+
+Every host file is read through ``read_bounded`` with a cap that fits its kind: ``SYSFS_ATTR_MAX`` for a sysfs
+attribute (the kernel serves at most a page), ``PROC_FILE_MAX`` for a /proc or root file system text file,
+``PROC_TABLE_MAX`` for the /proc tables that grow with the host (mounts, network tables, diskstats). A file over its
+cap is an error of the collector reading it (``FileTooLarge``), found by reading at most cap + 1 bytes; a file that
+is not a regular file (a sensor symlinked to /dev/zero, a FIFO) is refused without reading, and is opened with
+O_NONBLOCK so a FIFO cannot hang the open.
 """
 
 from __future__ import annotations
 
 import abc
+import errno
+import os
+import stat
 import threading
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -27,6 +37,11 @@ if TYPE_CHECKING:
     from nvdaemon.config import Config
 
 T = TypeVar("T")
+
+SYSFS_ATTR_MAX = 64 * 1024
+PROC_FILE_MAX = 4 * 1024 * 1024
+PROC_TABLE_MAX = 16 * 1024 * 1024  # /proc/1/mounts of a node with 30,000 mounts is about 6 MiB
+_CHUNK = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -45,6 +60,20 @@ class HostRoots:
 
 class NotPresent(Exception):  # a state ("this node has no such source"), not a failure
     """The source this collector reads does not exist on this node (no RAPL, no PSI, no AER)."""
+
+
+class FileTooLarge(OSError):
+    """A host file larger than the cap for its kind; it was not read whole."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        super().__init__(errno.EFBIG, f"larger than {limit} bytes, not read", str(path))
+
+
+class NotRegularFile(OSError):
+    """A host file that is a device, FIFO or socket where a regular file belongs (e.g. a link to /dev/zero)."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({kind}), not read", str(path))
 
 
 class ParseError(ValueError):
@@ -86,14 +115,51 @@ class Collector(abc.ABC):
         return default
 
     def detail(self) -> dict[str, Any]:
-        """Extra plain data about the last run for ``/v1/state`` (empty: nothing beyond the status)."""
+        """Extra plain data about the last run for ``/v1/status`` (empty: nothing beyond the status)."""
         return {}
 
 
-def _read_file(path: Path) -> str:
+def _kind(mode: int) -> str:
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a file"
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (``FileTooLarge`` beyond; at most ``limit`` + 1 bytes
+    are read). A directory raises ``IsADirectoryError``, a device, FIFO or socket ``NotRegularFile``, a missing
+    file ``FileNotFoundError``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
+        st = os.fstat(fd)
+        mode = st.st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(path, _kind(mode))
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            # /proc files answer in pieces; small first reads keep the many tiny sysfs reads cheap.
+            chunk = os.read(fd, min(limit + 1 - size, _CHUNK if chunks else max(8192, st.st_size + 1)))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:
+            raise FileTooLarge(path, limit)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _read_file(path: Path, limit: int) -> str:
+    try:
+        return read_bounded(path, limit).decode("utf-8", errors="replace")
     except FileNotFoundError as exc:
         raise NotPresent(str(path)) from exc
 
@@ -151,29 +217,43 @@ class CycleReads:
             raise entry.error
         return entry.value
 
-    def read(self, path: Path) -> str:
-        text: str = self._once(self._entries, path, lambda: _read_file(path), count=True)
+    def read(self, path: Path, limit: int = PROC_FILE_MAX) -> str:
+        """A file's text, read once per cycle (a path is always read with the same cap: the one of its kind)."""
+        text: str = self._once(self._entries, path, lambda: _read_file(path, limit), count=True)
         return text
 
-    def parsed(self, path: Path, parse: Callable[[str, str], T]) -> T:
+    def parsed(self, path: Path, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
         """``parse(text, str(path))`` once per cycle; callers must treat the result as read-only."""
-        value: T = self._once(self._parsed, (path, parse), lambda: parse(self.read(path), str(path)), count=False)
+        value: T = self._once(
+            self._parsed, (path, parse), lambda: parse(self.read(path, limit), str(path)), count=False
+        )
         return value
 
 
 CYCLE_READS: ContextVar[CycleReads | None] = ContextVar("cycle_reads", default=None)
 
 
-def read_text(path: Path) -> str:
-    """Read a small pseudo file. Missing file -> ``NotPresent``; other errors propagate as ``OSError``.
+def read_text(path: Path, limit: int = PROC_FILE_MAX) -> str:
+    """Read a pseudo file of at most ``limit`` bytes. Missing file -> ``NotPresent``; other errors (``FileTooLarge``
+    and ``NotRegularFile`` included) propagate as ``OSError``.
 
     Within a tier cycle the text comes from the cycle's shared cache (``CycleReads``): each file is read once.
     """
     cache = CYCLE_READS.get()
-    return _read_file(path) if cache is None else cache.read(path)
+    return _read_file(path, limit) if cache is None else cache.read(path, limit)
 
 
-def read_parsed(path: Path, parse: Callable[[str, str], T]) -> T:
+def read_attr(path: Path) -> str:
+    """``read_text`` of a sysfs attribute (at most ``SYSFS_ATTR_MAX`` bytes)."""
+    return read_text(path, SYSFS_ATTR_MAX)
+
+
+def read_table(path: Path) -> str:
+    """``read_text`` of a /proc table that grows with the host (at most ``PROC_TABLE_MAX`` bytes)."""
+    return read_text(path, PROC_TABLE_MAX)
+
+
+def read_parsed(path: Path, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
     """``parse(text, str(path))`` of a pseudo file, computed once per tier cycle for every collector asking."""
     cache = CYCLE_READS.get()
-    return parse(_read_file(path), str(path)) if cache is None else cache.parsed(path, parse)
+    return parse(_read_file(path, limit), str(path)) if cache is None else cache.parsed(path, parse, limit)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_table
 from nvdaemon.model import Kind, Sample
 
 _UINT = re.compile(r"[0-9]{1,25}", re.ASCII)  # bounded: int() refuses very long digit strings
@@ -50,7 +50,7 @@ class DiskStats:
 
 
 def read_diskstats(roots: HostRoots) -> str:
-    return read_text(roots.proc / "diskstats")
+    return read_table(roots.proc / "diskstats")
 
 
 def read_block_devices(roots: HostRoots) -> frozenset[str] | None:

@@ -1,8 +1,9 @@
 """The gpu tier's collector: one NVML snapshot per GPU per tick, through the GPU runtime's backend.
 
 *gather* (worker thread, under the runtime's NVML limiter): device count, then a snapshot of every GPU; a lost GPU
-is noted, not fatal. *interpret* (event loop): samples per GPU (device ``gpu<index>``, labels ``gpu_uuid``,
-``gpu_model``, ``pci_bus_id``), ``gpu_lost`` transitions published through the runtime, and the XID counts.
+is noted, not fatal; a device count NVML cannot answer (the library stopped answering) marks every known GPU lost.
+*interpret* (event loop): samples per GPU (device ``gpu<index>``, labels ``gpu_uuid``, ``gpu_model``,
+``pci_bus_id``), ``gpu_lost`` transitions published through the runtime, and the XID counts.
 ``gpu_samples`` and ``decode_throttle`` are pure.
 
 Names, kinds and labels are the Go agent's 21 per GPU plus ``gpu_throttle_active{reason}`` (ECC counts aggregate,
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent
 from nvdaemon.model import Kind, Sample, make_labels
-from nvdaemon.nvml import GpuIdentity, GpuLost, GpuSnapshot, device_name
+from nvdaemon.nvml import GpuIdentity, GpuLost, GpuSnapshot, NvmlFailure, device_name
 
 if TYPE_CHECKING:
     from nvdaemon.gpu import GpuRuntime
@@ -92,6 +93,11 @@ class _Lost:
     error: str
 
 
+@dataclass
+class _NvmlDown:
+    error: str
+
+
 class GpuCollector(Collector):
     name: ClassVar[str] = "nvml"
     tier: ClassVar[str] = "gpu"
@@ -105,7 +111,11 @@ class GpuCollector(Collector):
             raise NotPresent("NVML not opened")
         results: list[GpuSnapshot | _Lost] = []
         errors: list[str] = []
-        for index in range(rt.backend.device_count()):
+        try:
+            count = rt.backend.device_count()
+        except NvmlFailure as exc:  # not one GPU: the library itself; the runtime reports every GPU it knew
+            return Gathered(_NvmlDown(str(exc)), [str(exc)])
+        for index in range(count):
             try:
                 snap = rt.backend.snapshot(index)
             except GpuLost as exc:
@@ -119,6 +129,9 @@ class GpuCollector(Collector):
         rt = self.runtime
         assert rt is not None
         samples: list[Sample] = []
+        if isinstance(gathered.data, _NvmlDown):
+            rt.nvml_down(gathered.data.error, now)
+            return samples
         for item in gathered.data:
             if isinstance(item, _Lost):
                 rt.set_lost(rt.identity(item.index), True, now, item.error)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_attr
 from nvdaemon.model import Kind, Sample, make_labels
 
 Reader = Callable[[Path], str]
@@ -134,7 +134,7 @@ class HwmonCollector(Collector):
     name = "hwmon"
     tier = "core"
 
-    def __init__(self, read: Reader = read_text) -> None:
+    def __init__(self, read: Reader = read_attr) -> None:
         self._read = read  # injectable so tests can simulate EIO, which root can not get from a mode-000 file
 
     def gather(self, roots: HostRoots) -> Gathered:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_table
 from nvdaemon.model import Kind, Sample
 
 _UINT = re.compile(r"[0-9]{1,25}", re.ASCII)  # bounded: int() refuses very long digit strings
@@ -37,7 +37,7 @@ class NetDev:
 
 
 def read_netdev(roots: HostRoots) -> str:
-    return read_text(roots.proc / "net" / "dev")
+    return read_table(roots.proc / "net" / "dev")
 
 
 def parse_netdev(text: str) -> NetDev:

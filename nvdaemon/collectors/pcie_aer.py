@@ -10,6 +10,11 @@ Series are the Go agent's: ``pcie_aer_correctable_total``, ``pcie_aer_nonfatal_t
 device the PCI address, one series per line of the file with label ``error_type`` = the line's name, zeros
 included (no series would be ambiguous between "no errors" and "not collected"). As in Go the ``TOTAL_ERR_*`` line
 is a line like the others (``error_type="TOTAL_ERR_FATAL"``): sum without it, or select it for the device's total.
+
+A line that is not ``<Name> <count>`` (a header or a blank-ish line a future kernel adds, a bad number) is skipped
+and counted as an error of the collector, naming the file; the file's other lines are still series, as in Go, so one
+odd line never costs the counters below it. Another file's ``TOTAL_`` line is skipped the same way: it is not a
+count of this file's kind.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_attr
 from nvdaemon.model import Kind, Sample, make_labels
 
 _LINE = re.compile(r"(\S+)\s+([0-9]{1,25})\s*", re.ASCII)
@@ -30,35 +35,41 @@ SEVERITIES: dict[str, tuple[str, str, str]] = {
 }
 
 
-def parse_aer(text: str, total_name: str) -> dict[str, int]:
-    """Parse one aer_dev_* file into ``{name: count}`` in file order, its ``total_name`` line included when present
-    (the Go agent's test files have none). A malformed line, another file's TOTAL_ line or no line at all raises."""
+def parse_aer(text: str, total_name: str) -> tuple[dict[str, int], list[str]]:
+    """Parse one aer_dev_* file into ``({name: count} in file order, skipped lines)``, its ``total_name`` line
+    included when present (the Go agent's test files have none). A line that is not ``<Name> <count>``, or is
+    another file's TOTAL_ line, is skipped and described in the second item; a file with no usable line raises."""
     lines: dict[str, int] = {}
+    skipped: list[str] = []
     for line in text.splitlines():
         if not line.strip():
             continue
         m = _LINE.fullmatch(line)
         if m is None:
-            raise ParseError(f"malformed line {line[:60]!r}")
-        if m.group(1).startswith("TOTAL_") and m.group(1) != total_name:
-            raise ParseError(f"unexpected {m.group(1)} line, wanted {total_name}")
-        lines[m.group(1)] = int(m.group(2))
+            skipped.append(f"skipped malformed line {line[:60]!r}")
+        elif m.group(1).startswith("TOTAL_") and m.group(1) != total_name:
+            skipped.append(f"skipped unexpected {m.group(1)[:40]} line, wanted {total_name}")
+        else:
+            lines[m.group(1)] = int(m.group(2))
     if not lines:
-        raise ParseError("no counts")
-    return lines
+        raise ParseError("no counts" + (f" ({skipped[0]})" if skipped else ""))
+    return lines, skipped
 
 
 def read_device(device: Path, problems: list[tuple[Path, Exception]]) -> dict[str, dict[str, int]]:
-    """The AER files of one device directory that exist and parse; failures are appended to ``problems``."""
+    """The AER files of one device directory that exist and have a usable line; a file that failed, and every
+    line skipped in one that did not, is appended to ``problems``."""
     counts: dict[str, dict[str, int]] = {}
     for severity, (file_name, total_name, _) in SEVERITIES.items():
         path = device / file_name
         try:
-            counts[severity] = parse_aer(read_text(path), total_name)
+            counts[severity], skipped = parse_aer(read_attr(path), total_name)
         except NotPresent:
             continue
         except (OSError, ParseError) as exc:
             problems.append((path, exc))
+            continue
+        problems.extend((path, ParseError(why)) for why in skipped)
     return counts
 
 

@@ -11,6 +11,10 @@ zones duplicate the package zone through another interface and are ignored by th
 Since the PLATYPUS side channel (CVE-2020-8694) ``energy_uj`` is root-only on most distributions, so a
 ``PermissionError`` is expected and steady: it is reported in ``errors`` with a stable message and in
 ``permission_denied``, and logged once per collector instance.
+
+A zone whose ``name`` file is missing or unreadable still gives its energy, with ``zone=""``: the Go agent emits it
+without the ``zone`` label, and Prometheus stores an empty label as no label, so the series is the same. An
+unreadable (not missing) ``name`` is also listed in ``errors``.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_attr
 from nvdaemon.model import Kind, Sample, make_labels
 
 log = logging.getLogger(__name__)
@@ -63,7 +67,7 @@ class RaplCollector(Collector):
     name = "rapl"
     tier = "core"
 
-    def __init__(self, read: Reader = read_text) -> None:
+    def __init__(self, read: Reader = read_attr) -> None:
         self._read = read  # injectable: tests run as root, where a mode-000 file is still readable
         self.permission_denied = False  # energy_uj was unreadable for lack of privilege on the last gather
         self._denial_logged = False
@@ -75,7 +79,7 @@ class RaplCollector(Collector):
         denied = False
         for path in list_zones(roots):
             try:
-                label = self._read(path / "name").strip()
+                label = self._zone_name(path, errors)
                 zones.append(Zone(path.name, label, parse_energy(self._read(path / "energy_uj"))))
             except PermissionError:
                 denied = True
@@ -92,6 +96,16 @@ class RaplCollector(Collector):
         elif failures and not zones:
             raise failures[0]
         return Gathered(zones, errors=errors)
+
+    def _zone_name(self, zone: Path, errors: list[str]) -> str:
+        """The zone's ``name`` file, or "" when it is missing (silently) or unreadable (listed in ``errors``)."""
+        try:
+            return self._read(zone / "name").strip()
+        except NotPresent:
+            return ""
+        except OSError as exc:
+            errors.append(f"{zone.name}/name: {exc.strerror or exc}")
+            return ""
 
     def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
         zones: list[Zone] = gathered.data

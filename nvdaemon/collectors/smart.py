@@ -14,7 +14,7 @@ Devices are read by at most ``smart.maxConcurrent`` threads inside the one gathe
 never run 24 smartctl at once), and the gather's own time limit is derived from that (``read_timeout``).
 
 *Unreadable is not silent*: a device smartctl cannot open is logged once (per device and reason) with the reason
-and the fix, reported as ``nodevitals_smart_device_readable{device} 0``, listed in ``/v1/state`` and counted as a
+and the fix, reported as ``nodevitals_smart_device_readable{device} 0``, listed in ``/v1/status`` and counted as a
 collector error. Output that is garbage or cut short costs only that device (a counted parse error).
 """
 
@@ -98,7 +98,7 @@ class Outcome:
     device: str
     state: State
     report: DiskReport | None = None
-    reason: str = ""  # why it is not "ok", for logs and /v1/state
+    reason: str = ""  # why it is not "ok", for logs and /v1/status
     interface: str | None = None  # smartctl's -d type, once known (cached for later cycles)
 
     @property
@@ -239,7 +239,7 @@ def samples_of(report: DiskReport, now: float) -> list[Sample]:
 # ---- the collector ----------------------------------------------------------------------------------------------
 @dataclass
 class DeviceStatus:
-    """What /v1/state and the self metrics show per device."""
+    """What /v1/status and the self metrics show per device."""
 
     state: State
     reason: str = ""

@@ -8,6 +8,14 @@ libnvidia-ml, driver not loaded): with other tiers, one warning "skipping gpu ti
 
 Stop (``close_gpu``, after the tier loops and the XID source are stopped): wait for any abandoned NVML thread, then
 nvmlShutdown. The XID source has freed its event set by then (its wait thread returned first).
+
+Lost GPUs: a GPU whose snapshot raises GPU_IS_LOST gets ``gpu_lost`` ENTER (EXIT once it answers again). When the
+whole library stops answering while the tier runs (``nvmlDeviceGetCount`` fails: driver unloaded, GPUs gone, the
+library wedged), every GPU known at that moment is lost the same way, each with the identity last known: per GPU,
+not one node-wide fault, so NVSentinel gets the GPU, PCI and GPU_UUID entities its GPU remediation needs, and each
+GPU clears on its own as it answers again (one that stays lost after a driver reload stays reported).
+``answering()`` lists the GPUs whose last snapshot succeeded, for the NVSentinel sink to clear a fault raised before
+a restart of the agent.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import trio
 from nvdaemon.collectors.base import Collector
 from nvdaemon.gpu.events import gpu_lost_event, xid_event
 from nvdaemon.model import Event
-from nvdaemon.nvml import XID_WAIT_MS, GpuIdentity, NvmlBackend, NvmlUnavailable, XidNotice
+from nvdaemon.nvml import XID_WAIT_MS, GpuIdentity, NvmlBackend, NvmlUnavailable, XidNotice, device_name
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -59,6 +67,7 @@ class GpuRuntime:
         self.xid_counts: collections.Counter[tuple[int, int]] = collections.Counter()  # (gpu index, xid) -> n
         self.last_xid: dict[int, int] = {}  # gpu index -> last XID (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS)
         self.lost: dict[int, float] = {}  # gpu index -> when it was found lost
+        self._answering: dict[int, GpuIdentity] = {}  # gpu index -> identity, for GPUs whose last snapshot succeeded
 
     def collectors(self) -> list[Collector]:
         from nvdaemon.collectors.gpu import GpuCollector
@@ -90,6 +99,10 @@ class GpuRuntime:
     def set_lost(self, ident: GpuIdentity, lost: bool, now: float, error: str = "") -> None:
         """Publish ``gpu_lost`` ENTER when a GPU stops answering and EXIT when it answers again, once each."""
         index = ident.index
+        if lost:
+            self._answering.pop(index, None)
+        else:
+            self._answering[index] = ident
         if lost and index not in self.lost:
             self.lost[index] = now
             self.emit([gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, error=error)])
@@ -97,6 +110,15 @@ class GpuRuntime:
             started = self.lost.pop(index)
             ev = gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, started_at=started, recovered=True)
             self.emit([ev])
+
+    def nvml_down(self, error: str, now: float) -> None:
+        """The library stopped answering: every GPU known now is lost (``gpu_lost`` ENTER once each)."""
+        for index in sorted(self.identities):
+            self.set_lost(self.identity(index), True, now, error)
+
+    def answering(self) -> list[tuple[str, str, str]]:
+        """(device, uuid, PCI address) of every GPU whose last snapshot succeeded."""
+        return [(device_name(i), g.uuid, g.pci_bus_id) for i, g in sorted(self._answering.items())]
 
 
 def _backend_for(agent: Agent) -> NvmlBackend:

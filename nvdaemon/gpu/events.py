@@ -6,16 +6,16 @@ code it does not list; critical for 48, 64, 79, 95, 119, 120. Of the codes in ou
 "unknown", 62 (micro-controller halt) and 140 (unrecovered ECC) are critical, since the GPU needs a reset; 45 and
 61 stay warning. The rule for such codes: raise above Go's answer, never lower it, so a receiver that alerted on a
 severity under the Go agent still alerts. NVIDIA's recommended action and fatality are NVSentinel's business
-(``XID_ACTIONS`` in nvdaemon/sinks/nvsentinel_map.py) and do not follow this table.
+(``XID_CATALOGUE`` in nvdaemon/sinks/nvsentinel_xid.py, with its sources) and do not follow this table.
 """
 
 from __future__ import annotations
 
 from nvdaemon.model import Event, Phase, new_event_id
 from nvdaemon.nvml import GpuIdentity, XidNotice, device_name
-from nvdaemon.sinks.nvsentinel_map import XID_CONDITION, XID_DESCRIPTIONS
+from nvdaemon.sinks.nvsentinel_map import LOST_CONDITION, XID_CONDITION
+from nvdaemon.sinks.nvsentinel_xid import XID_DESCRIPTIONS
 
-LOST_CONDITION = "gpu_lost"
 GO_XID_SEVERITY: dict[int, str] = {
     **dict.fromkeys((13, 31, 43), "info"),
     **dict.fromkeys((63, 74, 92, 94), "warning"),

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from nvdaemon import gotime
 from nvdaemon.model import Labels, Sample
 
 # The Go agent's five GPU metrics (its default), then ours.
@@ -34,7 +35,6 @@ DEFAULT_METRICS = (
 EPOCH = 1_577_836_800  # 2020-01-01T00:00:00Z: stored times are minutes since then (3 bytes each until 2035)
 MAX_POINTS = 200_000  # a query answering more is refused with 413 and a hint
 INT_LIMIT = 2**61  # encoded values are clamped here so sums and differences stay within sqlite's 64 bits
-MAX_DURATION = 100 * 366 * 86400
 
 SeriesKey = tuple[str, str, Labels]  # metric, device, labels sorted
 Point = tuple[int, float, float, float]  # unix seconds (window end), avg, min, max
@@ -43,6 +43,17 @@ Point = tuple[int, float, float, float]  # unix seconds (window end), avg, min, 
 def allowlist(metrics: Sequence[str]) -> frozenset[str]:
     """``history.metrics``, or the default allowlist when it is empty."""
     return frozenset(metrics or DEFAULT_METRICS)
+
+
+def tier_of(metric: str) -> str:
+    """The tier that collects ``metric``: one node's series are one per (metric, device, labels), and the Go
+    catalogue's names say their tier (nodevitals-contract.md section 2: every gpu-tier metric is ``gpu_*``, every
+    smart-tier one ``smart_*`` or ``nvme_*``, no core one either), so the file does not store it."""
+    if metric.startswith("gpu_"):
+        return "gpu"
+    if metric.startswith(("smart_", "nvme_")):
+        return "smart"
+    return "core"
 
 
 # ---- windows --------------------------------------------------------------------------------------------------
@@ -206,8 +217,8 @@ class TooManyPoints(Exception):
 
 
 # ---- query parameters -----------------------------------------------------------------------------------------
-_DURATION = re.compile(r"([1-9][0-9]{0,9})([smhdw])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_DAYS = 36_500  # the Go agent's bound on range: 100 years, as days or as a duration
+_DAYS = re.compile(r"[+-]?[0-9]+")  # Go's strconv.Atoi: an optional sign and ASCII digits
 PARAMS = ("range", "step", "device", "node")
 
 
@@ -217,17 +228,26 @@ class ParamError(ValueError):
         self.param = param
 
 
-def parse_duration(text: str, param: str) -> int | None:
-    """``90d``, ``6h``, ``30m``, ``45s``, ``2w`` to seconds; empty means none."""
+def parse_span(text: str, param: str) -> float | None:
+    """``range`` and ``step`` as the Go agent reads ``range``: ``Nd`` (whole days, 1 to 36,500) or any Go duration
+    (``90m``, ``1h30m``, ``2h45m30s``, ``1.5h``, ``300ms``), positive and at most 36,500 days. Seconds; empty means
+    none."""
     if text == "":
         return None
-    m = _DURATION.fullmatch(text)
-    if m is None:
-        raise ParamError(param, "expected a duration such as 90d, 6h or 30m")
-    seconds = int(m.group(1)) * _UNITS[m.group(2)]
-    if seconds > MAX_DURATION:
-        raise ParamError(param, "longer than 100 years")
-    return seconds
+    if text.endswith("d"):
+        days = text[:-1]
+        if _DAYS.fullmatch(days) is None or not 0 < int(days) <= MAX_DAYS:
+            raise ParamError(param, f"expected whole days from 1d to {MAX_DAYS}d, or a Go duration such as 1h30m")
+        return int(days) * 86400.0
+    try:
+        nanos = gotime.parse_duration(text)
+    except gotime.DurationError as exc:
+        raise ParamError(param, f"{exc}: expected Nd or a Go duration such as 90m, 1h30m or 1.5h") from None
+    if nanos <= 0:
+        raise ParamError(param, "must be longer than zero")
+    if nanos > MAX_DAYS * 86400 * gotime.SECOND:
+        raise ParamError(param, f"longer than {MAX_DAYS} days")
+    return nanos / gotime.SECOND
 
 
 @dataclass(frozen=True)
@@ -262,13 +282,16 @@ def parse_query(args: Mapping[str, Sequence[str]], now: float) -> Query:
         if len(values) > 1:
             raise ParamError(key, "given more than once")
         one[key] = _text(key, values[0]) if values else ""
-    span = parse_duration(one["range"], "range")
-    step = parse_duration(one["step"], "step")
+    span = parse_span(one["range"], "range")
+    step = parse_span(one["step"], "step")
     if step is not None and step < 60:
         raise ParamError("step", "at least 1m (points are whole minutes apart)")
+    if step is not None and not step.is_integer():
+        raise ParamError("step", "a whole number of seconds")
     return Query(
-        since=None if span is None else math.ceil(now) - span,
-        step=step,
+        # As the Go agent: points stamped at or after the second that holds now - range.
+        since=None if span is None else math.floor(now - span),
+        step=None if step is None else int(step),
         device=one["device"] or None,
         node=one["node"] or None,
     )

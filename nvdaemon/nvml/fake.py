@@ -5,8 +5,9 @@ backend, including the blocking XID wait, so the GPU tier and the XID source run
 
 Replay: each ``device_count()`` call (one per gpu tier tick) advances one step; step ``k`` applies on tick ``k`` and
 the state of the last step holds afterwards. A step can change readings (``null`` = NOT_SUPPORTED), raise XIDs,
-mark GPUs lost and recover them. XIDs are held until a wait takes them (a real event set would drop those raised
-before registration; replays must not depend on the timing of the agent's start).
+mark GPUs lost and recover them, and make the whole library stop answering (``nvmlError``) or answer again. XIDs
+are held until a wait takes them (a real event set would drop those raised before registration; replays must not
+depend on the timing of the agent's start).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class FakeNvml:
         self.steps: list[dict[str, Any]] = list(doc.get("steps", []))
         self.tick = -1
         self.lost: set[int] = set()
+        self.nvml_error = ""  # while set, device_count fails: the library stopped answering
         self.calls: list[str] = []  # what was called, in order (tests check the shutdown sequence)
         self._cond = threading.Condition()
         self._pending: list[XidNotice] = []
@@ -90,6 +92,8 @@ class FakeNvml:
             self.tick += 1
             if self.tick < len(self.steps):
                 self._apply(self.steps[self.tick], f"{self.source}: steps[{self.tick}]")
+            if self.nvml_error:
+                raise NvmlFailure(f"nvmlDeviceGetCount: {self.nvml_error}")
         return len(self.identities)
 
     def _apply(self, step: dict[str, Any], where: str) -> None:
@@ -97,6 +101,8 @@ class FakeNvml:
             self.current[int(key)].update(_readings(f"{where}.readings.{key}", raw))
         self.lost |= {int(i) for i in step.get("lost", [])}
         self.lost -= {int(i) for i in step.get("recovered", [])}
+        if "nvmlError" in step:
+            self.nvml_error = str(step["nvmlError"] or "")
         for x in step.get("xids", []):
             self._queue(XidNotice(int(x["gpu"]), int(x["xid"])))
 
@@ -105,6 +111,19 @@ class FakeNvml:
             return
         self._pending.append(notice)
         self._cond.notify_all()
+
+    def set_lost(self, index: int, lost: bool) -> None:
+        """A GPU falls off the bus or answers again, now (tests)."""
+        with self._cond:
+            if lost:
+                self.lost.add(index)
+            else:
+                self.lost.discard(index)
+
+    def fail(self, error: str) -> None:
+        """The whole library stops answering with ``error``, or answers again with "" (tests)."""
+        with self._cond:
+            self.nvml_error = error
 
     def inject_xid(self, index: int, xid: int) -> None:
         """Raise an XID now (tests)."""

@@ -1,8 +1,12 @@
 """The HTTP surface on one port: /metrics, /healthz, /readyz, /v1/state (hypercorn's trio worker + quart-trio).
 
 ``/metrics``, ``/healthz`` and ``/readyz`` are always open (kubelet and Prometheus must reach them); ``/v1/*`` is
-guarded by a bearer token when ``server.apiTokenFile`` is set, compared in constant time. Every error is JSON.
-Request bodies and header reading are bounded so a misbehaving client cannot hold memory or a connection.
+guarded by a bearer token when ``server.apiTokenFile`` is set, compared in constant time; that file (at most 4 KiB)
+is stat'ed on every guarded request and re-read when it changes, or at least every second (``ApiToken``). Every
+error is JSON. Request bodies (maxRequestBytes), request heads (headerTimeoutSeconds, 16 KiB), idle keep-alive
+connections (idleTimeoutSeconds), open connections (maxConnections) and inbound websocket messages
+(maxWebsocketMessageBytes) are bounded so a misbehaving client cannot hold memory, descriptors or a connection;
+``nvdaemon/server/accept.py`` and ``nvdaemon/server/asgi.py`` say how.
 """
 
 from __future__ import annotations
@@ -10,21 +14,21 @@ from __future__ import annotations
 import hmac
 import logging
 import socket
-from pathlib import Path
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve
 from quart import Response, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from nvdaemon.server import history_routes, stream_routes
-from nvdaemon.server.listen import bind_list
+from nvdaemon.server import accept, asgi, history_routes, listen, stream_routes
 from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
 from nvdaemon.server.responses import json_response
-from nvdaemon.server.state import state_document
+from nvdaemon.server.state import state_samples, status_document
+from nvdaemon.server.token import ApiToken
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -32,15 +36,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def read_token(path: str) -> bytes | None:
-    """The API token, or None when no token file is configured. Surrounding whitespace (a trailing newline from
-    ``echo > file``) is not part of the token."""
-    if not path:
-        return None
-    token = Path(path).read_bytes().strip()
-    if not token:
-        raise ValueError(f"server.apiTokenFile {path} is empty")
-    return token
+def health(agent: Agent) -> tuple[dict[str, Any], int]:
+    problems = agent.health_problems()
+    return {"status": "fail" if problems else "ok", "problems": problems}, 503 if problems else 200
+
+
+def readiness(agent: Agent) -> tuple[dict[str, Any], int]:
+    # Ready once every active tier has published a snapshot: a tier task that failed at start (and is being
+    # restarted by the supervisor) must not let the pod count as serving its metrics.
+    waiting = [t for t in agent.active_tiers() if t not in agent.snapshots]
+    if agent.ready and not waiting and not agent.stopping.is_set():
+        return {"status": "ready"}, 200
+    if agent.stopping.is_set():
+        return {"status": "stopping"}, 503
+    return {"status": "starting", "waitingForTiers": waiting}, 503
+
+
+PROBES = {"/healthz": health, "/readyz": readiness}
 
 
 def build_app(agent: Agent) -> QuartTrio:
@@ -48,13 +60,15 @@ def build_app(agent: Agent) -> QuartTrio:
     app.config["MAX_CONTENT_LENGTH"] = agent.loaded.config.server.max_request_bytes
     app.config["BODY_TIMEOUT"] = max(1, round(agent.loaded.config.server.header_timeout_seconds))
     metrics = MetricsCache(agent)
-    token = read_token(agent.loaded.config.server.api_token_file)
+    token_file = agent.loaded.config.server.api_token_file
+    api_token = ApiToken(token_file) if token_file else None
 
     def authorized(path: str, given: str) -> bool:
-        if token is None or not path.startswith("/v1/"):
+        if api_token is None or not path.startswith("/v1/"):
             return True
+        token = api_token.current()
         scheme, _, value = given.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token)
+        return token is not None and scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token)
 
     @app.before_request
     async def guard() -> Response | None:
@@ -74,23 +88,19 @@ def build_app(agent: Agent) -> QuartTrio:
 
     @app.get("/healthz")
     async def healthz() -> Response:
-        problems = agent.health_problems()
-        return json_response({"status": "fail" if problems else "ok", "problems": problems}, 503 if problems else 200)
+        return json_response(*health(agent))
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        # Ready once every active tier has published a snapshot: a tier task that failed at start (and is being
-        # restarted by the supervisor) must not let the pod count as serving its metrics.
-        waiting = [t for t in agent.active_tiers() if t not in agent.snapshots]
-        if agent.ready and not waiting and not agent.stopping.is_set():
-            return json_response({"status": "ready"}, 200)
-        if agent.stopping.is_set():
-            return json_response({"status": "stopping"}, 503)
-        return json_response({"status": "starting", "waitingForTiers": waiting}, 503)
+        return json_response(*readiness(agent))
 
     @app.get("/v1/state")
     async def v1_state() -> Response:
-        return json_response(state_document(agent), 200)
+        return json_response(state_samples(agent), 200)
+
+    @app.get("/v1/status")
+    async def v1_status() -> Response:
+        return json_response(status_document(agent), 200)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
@@ -102,49 +112,63 @@ def build_app(agent: Agent) -> QuartTrio:
     return app
 
 
-class _HypercornConfig(HypercornConfig):
-    """Listening sockets with TCP_USER_TIMEOUT (inherited by accepted ones): a peer that leaves sent data
-    unacknowledged, or keeps its receive window shut, for that long is aborted by the kernel. Hypercorn writes with
-    a shielded ``send_all``; without this a websocket client that stops reading would hold its connection, and the
-    agent's shutdown, for ever."""
+async def serve_http(
+    agent: Agent,
+    socks: list[socket.socket] | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until ``agent.http_shutdown`` is set (hypercorn's own graceful stop, not a cancellation).
 
-    user_timeout_ms = 0
-
-    def create_sockets(self) -> Any:
-        sockets = super().create_sockets()
-        for sock in sockets.insecure_sockets:
-            if self.user_timeout_ms and sock.family in (socket.AF_INET, socket.AF_INET6):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, self.user_timeout_ms)
-        return sockets
-
-
-async def serve_http(agent: Agent, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve until ``agent.http_shutdown`` is set (hypercorn's own graceful stop, not a cancellation)."""
+    ``socks``: listening sockets bound by the caller (a reload binds the new address first, or dups the running
+    server's sockets, so that the port is never closed in between); this server closes them when it stops. Without
+    them, or when they are already closed (the supervisor restarting this task after a failure), it binds
+    ``sinks.metrics.listenAddr`` itself (``:PORT``: every interface, as in Go)."""
     cfg = agent.loaded.config
-    hc = _HypercornConfig()
-    hc.bind = bind_list(cfg.sinks.metrics.listen_addr)  # ":PORT": every interface, as in Go
+    s = cfg.server
+    hc = HypercornConfig()
     hc.accesslog = None
     hc.errorlog = logging.getLogger("nvdaemon.http")
     hc.graceful_timeout = min(5.0, cfg.shutdown_grace_seconds / 2)
-    # Slow clients. Until a request's head is complete hypercorn's idle timer (keep_alive_timeout) runs, so a client
-    # dribbling headers is cut off after headerTimeoutSeconds; the same timer closes idle keep-alive connections.
-    # read_timeout stays off: it wraps every socket read, so it would also cut /v1/events websocket clients that have
-    # nothing to say. A stalled request body is bounded by BODY_TIMEOUT (build_app), and a peer that stops reading
-    # what we send, or acknowledging it, is cut off by the kernel (TCP_USER_TIMEOUT, _HypercornConfig).
-    limit = max(1, round(cfg.server.header_timeout_seconds))
+    # Slow clients. Hypercorn has one timer per connection: it runs from the connection's start, and from the end
+    # of each response, until the next request head is complete; it closes idle keep-alive connections and cuts
+    # a client dribbling headers, on the first request and every later one (nvdaemon/server/asgi.py explains why
+    # it had stopped after the first response under quart-trio). The shorter of the two settings applies.
+    # read_timeout stays off: it wraps every socket read, so it would also cut /v1/events websocket clients that
+    # have nothing to say. A stalled request body is bounded by BODY_TIMEOUT (build_app), and a peer that stops
+    # reading what we send, or acknowledging it, is cut off by the kernel (TCP_USER_TIMEOUT, listen.bind), after
+    # headerTimeoutSeconds.
+    limit = max(1, round(min(s.header_timeout_seconds, s.idle_timeout_seconds)))
     hc.read_timeout = None
     hc.keep_alive_timeout = limit
-    hc.user_timeout_ms = limit * 1000
     hc.h11_max_incomplete_size = 16 * 1024
+    hc.websocket_max_message_size = s.max_websocket_message_bytes
     hc.include_server_header = False
-    app = build_app(agent)
+    limits = accept.Limits(max_connections=s.max_connections, probe_deadline=min(1.0, float(limit)))
+
+    def probe(path: str) -> tuple[int, bytes] | None:
+        answer = PROBES.get(path)
+        if answer is None:
+            return None
+        body, status = answer(agent)
+        return status, msgspec.json.encode(body)
+
+    asgi.install()
+    app = asgi.front(build_app(agent), probe)
+    user_timeout = listen.user_timeout_ms(s.header_timeout_seconds)
+    if not socks or any(sock.fileno() == -1 for sock in socks):
+        for sock in socks or []:
+            sock.close()
+        socks = listen.bind(cfg.sinks.metrics.listen_addr, user_timeout_ms=user_timeout)
+    else:
+        for sock in socks:  # sockets taken over keep the options they were bound with; a reserved one listens now
+            listen.set_user_timeout(sock, user_timeout)
+            sock.listen(listen.BACKLOG)
+    agent.http_sockets = socks
     shutdown = agent.http_shutdown
-
-    async def bound(task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-        await serve(app, hc, shutdown_trigger=shutdown.wait, task_status=task_status)
-
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(bound)
-        agent.bound = list(binds)
-        log.info("listening on %s", ", ".join(binds))
+        bound = await nursery.start(
+            partial(accept.serve, app, hc, socks, limits=limits, probe=probe, shutdown_trigger=shutdown.wait)
+        )
+        agent.bound = list(bound)
+        log.info("listening on %s", ", ".join(bound))
         task_status.started()

@@ -134,6 +134,18 @@ class SnapshotCollector(Collector):
                 restarts.add_metric([name], task.restarts)
                 up.add_metric([name], 1.0 if task.state == "running" else 0.0)
             yield from (restarts, up)
+        reloads = CounterMetricFamily(
+            "nodevitals_config_reloads",
+            "Config reloads (SIGHUP) by result: ok, or rejected (the running config kept).",
+            labels=["result"],
+        )
+        reloads.add_metric(["ok"], agent.reloads)
+        reloads.add_metric(["rejected"], agent.reload_failures)
+        last_ok = GaugeMetricFamily(
+            "nodevitals_config_last_reload_successful", "0 if the last reload was rejected, else 1."
+        )
+        last_ok.add_metric([], 1.0 if agent.last_reload_ok else 0.0)
+        yield from (reloads, last_ok)
         # Several webhook endpoints each report the same families: one family per name, or the exposition is invalid.
         merged: dict[str, Metric] = {}
         for sink in agent.sinks.values():

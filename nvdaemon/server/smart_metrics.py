@@ -22,7 +22,7 @@ def smart_self_metrics(snapshots: Mapping[str, Any]) -> Iterator[Metric]:
     readable = GaugeMetricFamily(
         "nodevitals_smart_device_readable",
         "1 if smartctl returned usable SMART data for the disk on the last cycle (or it sleeps in standby); "
-        "0: unreadable, see /v1/state tiers.smart.collectors.smart.detail for why.",
+        "0: unreadable, see /v1/status tiers.smart.collectors.smart.detail for why.",
         labels=["device"],
     )
     parse_errors = CounterMetricFamily(

@@ -1,5 +1,15 @@
-"""The ``/v1/state`` document: node, tiers, current samples, active conditions (with staleness), recent events and
-the status of every supervised task. Plain data built from the agent; no secret is ever part of it."""
+"""What ``GET /v1/state`` and ``GET /v1/status`` answer. Plain data built from the agent; no secret is ever part of
+either.
+
+``/v1/state`` is the Go agent's answer (nodevitals-contract.md section 4): a JSON array of the last samples of every
+tier, each ``{node, tier, device, metric, kind, value, labels, timestamp}`` with ``kind`` left out for a gauge (a
+counter says ``"counter"``), ``labels`` left out when there are none, ``timestamp`` the collection time as Go's
+``time.Time`` writes it (RFC 3339 in UTC, ``nvdaemon.gotime.rfc3339``) and ``value`` ``null`` when not finite (Go's
+decoder leaves such a value 0 rather than failing the whole array). No tier collected yet: ``[]``.
+
+``/v1/status`` is ours: node, tiers with each collector's status, active conditions (with staleness), recent events,
+the supervised tasks, sinks, bus counters and reloads.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +18,48 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from nvdaemon import __version__
-from nvdaemon.model import Event, Sample
+from nvdaemon.gotime import rfc3339
+from nvdaemon.model import Event, Kind
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
 
 
-def sample_json(s: Sample) -> dict[str, Any]:
-    return {
-        "metric": s.metric,
-        "device": s.device,
-        "value": s.value,
-        "kind": s.kind.value,
-        "labels": dict(s.labels),
-        "tier": s.tier,
-        "timestamp": s.timestamp,
-    }
+class GoSample(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One element of ``/v1/state``, fields in the Go agent's order; the defaults are the values Go omits."""
+
+    node: str
+    tier: str
+    device: str
+    metric: str
+    kind: str = ""
+    value: float
+    labels: dict[str, str] = {}
+    timestamp: str
+
+
+def state_samples(agent: Agent) -> list[GoSample]:
+    out: list[GoSample] = []
+    times: dict[float, str] = {}  # a tier's samples mostly share a timestamp: format each once
+    for tier, snap in sorted(agent.snapshots.items()):
+        for s in snap.samples:
+            ts = s.timestamp or snap.collected_at
+            text = times.get(ts)
+            if text is None:
+                text = times[ts] = rfc3339(ts)
+            out.append(
+                GoSample(
+                    node=agent.node,
+                    tier=tier,
+                    device=s.device,
+                    metric=s.metric,
+                    kind="counter" if s.kind is Kind.COUNTER else "",
+                    value=s.value,
+                    labels=dict(s.labels),
+                    timestamp=text,
+                )
+            )
+    return out
 
 
 def event_json(ev: Event) -> dict[str, Any]:
@@ -31,17 +67,16 @@ def event_json(ev: Event) -> dict[str, Any]:
     return out
 
 
-def state_document(agent: Agent) -> dict[str, Any]:
+def status_document(agent: Agent) -> dict[str, Any]:
     tiers: dict[str, Any] = {}
-    samples: list[dict[str, Any]] = []
     for tier, snap in sorted(agent.snapshots.items()):
         tiers[tier] = {
             "collectedAt": snap.collected_at,
             "durationSeconds": round(snap.duration, 6),
             "intervalSeconds": agent.interval(tier),
+            "samples": len(snap.samples),
             "collectors": {name: st.as_json() for name, st in sorted(snap.collectors.items())},
         }
-        samples += [sample_json(s) for s in snap.samples]
     conditions = [
         {
             "condition": c.condition,
@@ -67,7 +102,6 @@ def state_document(agent: Agent) -> dict[str, Any]:
         "ready": agent.ready,
         "config": agent.loaded.source,
         "tiers": tiers,
-        "samples": samples,
         "conditions": conditions,
         "recentEvents": [event_json(ev) for ev in agent.bus.recent],
         "eventSeq": agent.engine.seq,

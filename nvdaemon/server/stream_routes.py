@@ -3,11 +3,14 @@
 Query parameters (both forms): ``severity`` (minimum: info, warning, critical), ``condition`` (names), ``device``
 (globs), ``tier`` (names) — lists comma-separated or repeated; ``since=<event id>`` (the events after it) or
 ``replay=N`` (the last N matching events). A bad parameter is HTTP 400 before the upgrade; ``maxClients`` reached
-is HTTP 503 before the upgrade. Messages the client sends are read and ignored. Besides events, the server sends
+is HTTP 503 before the upgrade. Messages the client sends are read and ignored; one larger than
+``server.maxWebsocketMessageBytes`` (finished or not) closes the connection with 1009 (``nvdaemon/server/asgi.py``).
+``replay`` is 1-9 ASCII digits (``responses.parse_count``). Besides events, the server sends
 control messages: ``{"type":"control","status":"unknown_cursor",...}`` before a replay whose cursor it did not find,
 and ``{"type":"ping"}`` every ``pingSeconds``.
 
-Close codes: 1013 when the client fell more than ``clientQueue`` events behind, 1001 when the agent shuts down.
+Close codes: 1013 when the client fell more than ``clientQueue`` events behind, 1001 when the agent shuts down,
+1009 for a message over the cap.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ it comes back. Builders only construct; a built sink identical to a running one 
 To add a sink kind, write a module with a ``Sink`` subclass and a builder ``(agent) -> list[Sink]`` that reads the
 config, and list the builder in ``BUILDERS``. The agent starts every built sink before the tier loops (so no event is
 published before its subscribers exist), restarts a sink whose ``fingerprint`` changed on reload, and includes each
-sink's ``metrics()`` in /metrics and ``state()`` in /v1/state under ``sinks``.
+sink's ``metrics()`` in /metrics and ``state()`` in /v1/status under ``sinks``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Attributes, as the Go agent sends them (nodevitals-contract.md §3): ``specversi
 ``com.nodevitals.hw.event.v1``, ``source`` ``nodevitals/<node>``, ``id`` the event id (stable across retries, and the
 ``webhook-id``), ``time`` when the transition happened (``ended_at`` for an EXIT that has one, else ``started_at``),
 ``datacontenttype`` ``application/json``; no ``subject``. ``data`` is ``Event.wire()``. Every time is RFC 3339 in
-UTC with microseconds (``model.rfc3339``).
+UTC, as Go writes a time (``model.rfc3339``).
 """
 
 from __future__ import annotations

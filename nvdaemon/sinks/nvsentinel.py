@@ -5,18 +5,22 @@ since boot (``nvsentinel_map``); *reported* health is what the platform-connecto
 ``stateDir/nvsentinel.json``. On every bus event and every ``intervalSeconds`` tick the difference is published,
 one HealthEvent per call, and *reported* advances (and is written) only after the call returned OK.
 
-- Socket gate: the socket is stat'ed before every attempt; missing means skip (counted), no retry, nothing advanced;
-  the next tick sends again with a fresh ``generatedTimestamp``.
+- Socket gate: the socket is stat'ed before every attempt; missing (ENOENT only) means skip (counted), no retry,
+  nothing advanced; the next tick sends again with a fresh ``generatedTimestamp``. Any other stat error counts as
+  present: the send is attempted and its failure classified.
 - Retries (``maxAttempts``, ``retryInitialSeconds`` x ``retryMultiplier``, +-``retryJitter``) only on UNAVAILABLE,
   DEADLINE_EXCEEDED, connection reset and broken pipe; any other answer is a rejection: counted, not retried now,
   tried again on the next tick (the difference is still there). Each call has ``callTimeoutSeconds``.
 - The token file is read on every call and sent as ``authorization: Bearer <token>`` exactly as read; an empty
   ``tokenPath`` sends no header; an unreadable or empty token file (or one holding bytes a header cannot carry)
-  blocks the send. The token is never logged nor shown in /v1/state.
+  blocks the send. The token is never logged nor shown in /v1/status.
 - Healthy baseline: the first time a configured check is seen, a healthy event with no entities clears whatever an
   earlier install left on the node for it.
 - XIDs clear only on a reboot: when the boot id (``<procRoot>/sys/kernel/random/boot_id``) differs from the one in
   the state file, the XIDs raised before it are dropped from *desired*, so a healthy event goes out for each.
+- A lost GPU (``gpu_lost`` ENTER) stays desired-unhealthy, persisted, until that GPU answers again: its ``gpu_lost``
+  EXIT, or, after a restart of the agent (which forgets which GPUs its gpu tier saw lost), the gpu tier's list of
+  GPUs whose last snapshot succeeded (``gpus_answering``). A reboot alone does not clear it.
 
 The gRPC stub is synchronous (grpc.aio does not run under trio) and called through ``trio.to_thread.run_sync`` with
 a CapacityLimiter(1) of its own; a new channel per call, so a restarted platform-connector is reached at once
@@ -48,6 +52,7 @@ from nvdaemon.model import Event, Phase, new_event_id
 from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.sinks import Sink
 from nvdaemon.sinks.nvsentinel_map import (
+    LOST_CONDITION,
     PROCESSING_STRATEGIES,
     RECOMMENDED_ACTIONS,
     XID_CONDITION,
@@ -56,7 +61,10 @@ from nvdaemon.sinks.nvsentinel_map import (
     Health,
     HealthEventSpec,
     Key,
+    LostGpu,
     XidRecord,
+    lost_check,
+    lost_health,
     merge,
     plan,
     rule_check,
@@ -169,10 +177,15 @@ class GrpcPublisher:
         self.timeout = timeout
 
     def present(self) -> bool:
+        """Only "not found" means absent. Any other stat error (EACCES on a parent directory, ENOTDIR, ...) counts
+        as present, as in NVSentinel's own publishers: the call is made and its failure classified like any other,
+        instead of a local stat error standing in for what the platform-connector would say."""
         try:
             os.stat(self.socket_path)
         except FileNotFoundError:
             return False
+        except OSError:
+            return True
         return True
 
     def send(self, request: pb.HealthEvents) -> None:
@@ -196,6 +209,7 @@ class _Persisted(msgspec.Struct, rename="camel"):
     baselined: list[str] = msgspec.field(default_factory=list)
     reported: list[Health] = msgspec.field(default_factory=list)
     xids: list[XidRecord] = msgspec.field(default_factory=list)
+    lost: list[LostGpu] = msgspec.field(default_factory=list)
 
 
 def xid_record(ev: Event) -> XidRecord | None:
@@ -212,6 +226,19 @@ def xid_record(ev: Event) -> XidRecord | None:
         pci=str(d.get("pci_bus_id") or ""),
         uuid=str(d.get("gpu_uuid") or ""),
         description=str(d.get("description") or ""),
+        at=ev.started_at,
+    )
+
+
+def lost_record(ev: Event) -> LostGpu:
+    """A ``gpu_lost`` event of the GPU tier: device ``gpu<index>``, detail ``{gpu_uuid, pci_bus_id, error}``
+    (nvdaemon/gpu/events.py), the identity the tier last knew."""
+    d = ev.detail
+    return LostGpu(
+        device=ev.device,
+        pci=str(d.get("pci_bus_id") or ""),
+        uuid=str(d.get("gpu_uuid") or ""),
+        error=str(d.get("error") or ""),
         at=ev.started_at,
     )
 
@@ -252,6 +279,7 @@ class Reconciler:
         self.reported: dict[Key, Health] = {}
         self.baselined: set[str] = set()
         self.xids: dict[tuple[int, str, str, str], XidRecord] = {}
+        self.lost: dict[tuple[str, str, str], LostGpu] = {}
         self.boot_id = ""
         self.dirty = False
         # counters and status
@@ -262,7 +290,7 @@ class Reconciler:
         self.socket_present: bool | None = None
         self.last_error: str | None = None
         self.last_error_at: float | None = None
-        self.version = 0  # bumped whenever something /metrics or /v1/state shows changed
+        self.version = 0  # bumped whenever something /metrics or /v1/status shows changed
 
     # ---- state -------------------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -280,6 +308,7 @@ class Reconciler:
         self.reported = {h.key: h for h in state.reported}
         self.baselined = set(state.baselined)
         self.xids = {self._xid_key(x): x for x in state.xids}
+        self.lost = {self._lost_key(g): g for g in state.lost}
         self.boot_id = state.boot_id
         boot = read_boot_id(self.boot_id_path)
         if boot is None:
@@ -299,6 +328,7 @@ class Reconciler:
                 baselined=sorted(self.baselined),
                 reported=[self.reported[k] for k in sorted(self.reported)],
                 xids=sorted(self.xids.values(), key=self._xid_key),
+                lost=[self.lost[k] for k in sorted(self.lost)],
             )
         )
 
@@ -310,8 +340,16 @@ class Reconciler:
     def _xid_key(x: XidRecord) -> tuple[int, str, str, str]:
         return (x.xid, x.device, x.pci, x.uuid)
 
+    @staticmethod
+    def _lost_key(g: LostGpu) -> tuple[str, str, str]:
+        return (g.device, g.uuid, g.pci)
+
     def note_event(self, ev: Event) -> None:
-        """XIDs are remembered until a reboot; rule events need nothing (desired is read from the engine)."""
+        """XIDs are remembered until a reboot, lost GPUs until they answer; rule events need nothing (desired is read
+        from the engine)."""
+        if ev.condition == LOST_CONDITION:
+            self._note_lost(ev)
+            return
         if ev.condition != XID_CONDITION or ev.phase is not Phase.ENTER:
             return
         rec = xid_record(ev)
@@ -322,6 +360,32 @@ class Reconciler:
         if key not in self.xids:
             self.xids[key] = rec
             self.dirty = True
+
+    def _note_lost(self, ev: Event) -> None:
+        rec = lost_record(ev)
+        if ev.phase is Phase.EXIT:
+            self.gpus_answering([(rec.device, rec.uuid, rec.pci)])
+            return
+        if ev.phase is not Phase.ENTER:
+            return
+        # The same GPU seen lost again (after a restart): keep the record already reported. One without a uuid or
+        # PCI address (NVML could not say) is the same GPU as a known record of that index.
+        same = [g for g in self.lost.values() if g.device == rec.device and (not rec.uuid or g.uuid == rec.uuid)]
+        if same:
+            return
+        self.lost[self._lost_key(rec)] = rec
+        self.dirty = True
+        log.warning("nvsentinel: %s (%s) lost: %s", rec.device, rec.uuid or rec.pci or "identity unknown", rec.error)
+
+    def gpus_answering(self, answering: Iterable[tuple[str, str, str]]) -> None:
+        """GPUs (device, uuid, PCI address) that answered NVML: the lost records they match are dropped, so the
+        fault clears."""
+        for device, uuid, pci in answering:
+            for key, g in list(self.lost.items()):
+                if g.answers(device, uuid, pci):
+                    del self.lost[key]
+                    self.dirty = True
+                    log.info("nvsentinel: %s (%s) answers again", g.device, g.uuid or g.pci or device)
 
     # ---- desired -----------------------------------------------------------------------------------------------
     def desired(self, conditions: Iterable[ActiveCondition], rules: Mapping[str, Rule]) -> dict[Key, Health]:
@@ -341,13 +405,16 @@ class Reconciler:
             )
         overrides = self.settings.xid_actions
         healths += [xid_health(x, overrides=overrides, strategy=strategy) for x in self.xids.values()]
+        healths += [lost_health(g, strategy=strategy) for g in self.lost.values()]
         return merge(healths)
 
-    def checks(self, rules: Iterable[Rule], xid_enabled: bool) -> list[CheckSpec]:
+    def checks(self, rules: Iterable[Rule], xid_enabled: bool, gpu_enabled: bool = False) -> list[CheckSpec]:
         strategy = self.settings.processing_strategy
         out = [rule_check(r.condition, "", r.metric, r.device, r.nvsentinel, strategy) for r in rules]
         if xid_enabled:
             out.append(xid_check(strategy))
+        if gpu_enabled:
+            out.append(lost_check(strategy))
         return out
 
     def plan(self, desired: Mapping[Key, Health], checks: Iterable[CheckSpec]) -> list[Change]:
@@ -492,6 +559,7 @@ class Reconciler:
                 for _, h in sorted(self.reported.items())
             ],
             "xids": [msgspec.to_builtins(x) for x in self.xids.values()],
+            "lostGpus": [msgspec.to_builtins(g) for g in self.lost.values()],
         }
 
 
@@ -519,9 +587,13 @@ class NvsentinelHealthSink(Sink):
     def _inputs(self) -> tuple[dict[Key, Health], list[CheckSpec]]:
         agent = self.agent
         rules = {cr.key: cr.rule for crs in agent.rules.values() for cr in crs}
-        xid_enabled = "gpu" in agent.loaded.tiers and agent.loaded.config.gpu.xid
+        gpu_enabled = "gpu" in agent.loaded.tiers
+        xid_enabled = gpu_enabled and agent.loaded.config.gpu.xid
         rec = self.reconciler
-        return rec.desired(agent.engine.active.values(), rules), rec.checks(agent.loaded.config.rules, xid_enabled)
+        if agent.gpu is not None:  # a GPU lost before a restart of the agent clears once it answers in this one
+            rec.gpus_answering(agent.gpu.answering())
+        desired = rec.desired(agent.engine.active.values(), rules)
+        return desired, rec.checks(agent.loaded.config.rules, xid_enabled, gpu_enabled)
 
     async def tick(self) -> None:
         desired, checks = self._inputs()

@@ -16,8 +16,17 @@ Defaults for a rule (each overridable in the rule's ``nvsentinel:`` block):
   observe-only rollout).
 
 XIDs: checkName ``NvdaemonGpuXidError``, componentClass GPU, errorCode ``[<xid>]``, entities PCI and GPU_UUID, the
-action from ``XID_ACTIONS`` (NVIDIA's XID catalogue buckets; ``sinks.nvsentinel.xidActions`` overrides), fatal
-exactly when the action is not NONE.
+action from ``XID_CATALOGUE`` (``nvsentinel_xid``: NVIDIA's XID catalogue, each entry with its source;
+``sinks.nvsentinel.xidActions`` overrides), fatal exactly when the action is not NONE.
+
+A lost GPU (the gpu tier's ``gpu_lost``: NVML answers GPU_IS_LOST, or the whole library stopped answering):
+checkName ``NvdaemonGpuFallenOff``, errorCode ``[GPU_FALLEN_OFF_BUS]``, componentClass GPU, entities GPU (index),
+GPU_UUID and PCI from the last identity known, fatal, RESTART_BM. The names follow NVSentinel's syslog monitor
+(``health-monitors/syslog-health-monitor/pkg/gpufallen/gpufallen_handler.go``: check ``SysLogsGPUFallenOff``, errorCode
+``GPU_FALLEN_OFF_BUS``, fatal, RESTART_BM) with our check prefix; its GPU health monitor says the same action for
+DCGM's ``DCGM_FR_FALLEN_OFF_BUS`` (``charts/gpu-health-monitor/files/dcgmerrorsmapping.csv``). We do not borrow the
+DCGM code: NVML, not a DCGM health watch, told us; nor the syslog monitor's check name: a condition shared between
+two monitors would be cleared by the other one's healthy events.
 
 A clear is a healthy event with the entities, errorCode, componentClass and processingStrategy of the fault it
 clears (taken from what was reported, so a config change between the two cannot split them), isFatal false and
@@ -34,9 +43,14 @@ import msgspec
 
 from nvdaemon.config import RuleNvsentinel
 from nvdaemon.engine import ActiveCondition
+from nvdaemon.sinks.nvsentinel_xid import XID_DESCRIPTIONS, xid_action
 
 XID_CONDITION = "gpu_xid_error"  # the gpu tier's XID events (nvdaemon/gpu/events.py)
 XID_CHECK = "NvdaemonGpuXidError"
+LOST_CONDITION = "gpu_lost"  # the gpu tier's lost-GPU events (nvdaemon/gpu/events.py)
+LOST_CHECK = "NvdaemonGpuFallenOff"
+LOST_ERROR_CODE = "GPU_FALLEN_OFF_BUS"
+LOST_ACTION = "RESTART_BM"
 CHECK_PREFIX = "Nvdaemon"
 DEFAULT_STRATEGY = "EXECUTE_REMEDIATION"
 
@@ -57,52 +71,6 @@ PROCESSING_STRATEGIES: dict[str, int] = {
     "EXECUTE_REMEDIATION": 1,
     "STORE_ONLY": 2,
     "STORE_AND_ANALYSE": 3,
-}
-
-# NVIDIA's XID catalogue, by resolution bucket. "Reset the GPU" codes -> COMPONENT_RESET; "the GPU fell off the bus,
-# reboot the machine" -> RESTART_BM; application-level or informational codes (restart the job, nothing to repair)
-# -> NONE. Any code not listed -> UNKNOWN_XID_ACTION. sinks.nvsentinel.xidActions overrides per code.
-# 61, 74 and 140 are not named by our issue; their bucket here has not yet been checked against the current
-# catalogue spreadsheet (it varies by GPU generation): verify before relying on it, or override.
-XID_ACTIONS: dict[int, str] = {
-    13: "NONE",  # graphics engine exception (application)
-    31: "NONE",  # GPU memory page fault (application)
-    43: "NONE",  # GPU stopped processing (application)
-    45: "NONE",  # preemptive cleanup after a previous error
-    63: "NONE",  # ECC page retirement / row remapping recorded
-    92: "NONE",  # high single-bit ECC error rate
-    94: "NONE",  # contained ECC error (the application was stopped)
-    48: "COMPONENT_RESET",  # double-bit ECC error
-    61: "COMPONENT_RESET",  # internal micro-controller breakpoint/warning
-    62: "COMPONENT_RESET",  # internal micro-controller halt
-    64: "COMPONENT_RESET",  # ECC page retirement or row remapping failure
-    74: "COMPONENT_RESET",  # NVLink error
-    95: "COMPONENT_RESET",  # uncontained ECC error
-    119: "COMPONENT_RESET",  # GSP RPC timeout
-    120: "COMPONENT_RESET",  # GSP error
-    140: "COMPONENT_RESET",  # unrecovered ECC error
-    79: "RESTART_BM",  # GPU has fallen off the bus
-}
-UNKNOWN_XID_ACTION = "CONTACT_SUPPORT"
-
-XID_DESCRIPTIONS: dict[int, str] = {
-    13: "graphics engine exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-    45: "preemptive cleanup, due to previous errors",
-    48: "double bit ECC error",
-    61: "internal micro-controller breakpoint/warning",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping recording event",
-    64: "ECC page retirement or row remapper recording failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    140: "unrecovered ECC error",
 }
 
 _PCI = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -184,6 +152,25 @@ class XidRecord(msgspec.Struct, frozen=True):
     uuid: str = ""
     description: str = ""
     at: float = 0.0
+
+
+class LostGpu(msgspec.Struct, frozen=True):
+    """A GPU that stopped answering; it stays desired-unhealthy until that GPU answers again (``answers``)."""
+
+    device: str  # gpu<index>, as the gpu tier names it
+    pci: str = ""
+    uuid: str = ""
+    error: str = ""  # NVML's answer, for the message
+    at: float = 0.0
+
+    def answers(self, device: str, uuid: str, pci: str) -> bool:
+        """Is a GPU that answered with this identity this lost GPU? By uuid when known (indexes move when a GPU is
+        gone after a reboot), else by PCI address, else by index."""
+        if self.uuid:
+            return uuid == self.uuid
+        if self.pci:
+            return pci == self.pci
+        return device == self.device
 
 
 # ---- names -------------------------------------------------------------------------------------------------------
@@ -291,12 +278,6 @@ def rule_health(
     )
 
 
-def xid_action(xid: int, overrides: Mapping[str, str] | None = None) -> str:
-    if overrides and str(xid) in overrides:
-        return overrides[str(xid)]
-    return XID_ACTIONS.get(xid, UNKNOWN_XID_ACTION)
-
-
 def xid_health(
     rec: XidRecord, *, overrides: Mapping[str, str] | None = None, strategy: str = DEFAULT_STRATEGY
 ) -> Health:
@@ -319,6 +300,23 @@ def xid_health(
         processing_strategy=strategy,
         message=f"XID {rec.xid} on GPU {where}: {description}",
         metadata={"condition": XID_CONDITION, "xid": str(rec.xid), "device": rec.device},
+    )
+
+
+def lost_health(rec: LostGpu, *, strategy: str = DEFAULT_STRATEGY) -> Health:
+    """The fatal RESTART_BM fault of a GPU that fell off the bus (see the module docstring for the names)."""
+    entities = entities_for("GPU", rec.device, {"gpu_uuid": rec.uuid, "pci_bus_id": rec.pci})
+    why = f": {rec.error}" if rec.error else ""  # the entities name the GPU; condition messages are capped
+    return Health(
+        check_name=LOST_CHECK,
+        component_class="GPU",
+        is_fatal=True,
+        recommended_action=LOST_ACTION,
+        error_code=(LOST_ERROR_CODE,),
+        entities=entities,
+        processing_strategy=strategy,
+        message=f"{rec.device} fell off the bus{why}",
+        metadata={"condition": LOST_CONDITION, "device": rec.device},
     )
 
 
@@ -442,3 +440,7 @@ def rule_check(
 
 def xid_check(strategy: str) -> CheckSpec:
     return CheckSpec(XID_CHECK, "GPU", strategy)
+
+
+def lost_check(strategy: str) -> CheckSpec:
+    return CheckSpec(LOST_CHECK, "GPU", strategy)

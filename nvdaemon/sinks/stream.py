@@ -31,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from nvdaemon.config import StreamSink
 from nvdaemon.model import Event, Severity
+from nvdaemon.server.responses import parse_count
 from nvdaemon.sinks import Sink
 from nvdaemon.sinks.cloudevent import encode
 
@@ -107,9 +108,10 @@ class Cursor:
             raise FilterError("since and replay exclude each other")
         replay = 0
         if text:
-            if not text.isdigit():
-                raise FilterError("replay: expected a count of events")
-            replay = min(int(text), limit)
+            count = parse_count(text)
+            if count is None:
+                raise FilterError("replay: expected a count of events in ASCII digits (at most 9)")
+            replay = min(count, limit)
         return cls(since=since, replay=replay)
 
 

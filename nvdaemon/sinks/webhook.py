@@ -136,7 +136,7 @@ class WebhookEndpoint(Sink):
             log.warning("%s: a secret is shorter than %d bytes; use a whsec_ secret", name, signing.MIN_RAW_KEY_BYTES)
         if not secrets and not self.key_error:
             log.warning("%s: no secret configured; deliveries are unsigned", name)
-        # What /metrics and /v1/state show.
+        # What /metrics and /v1/status show.
         self.status = "active"  # active | backoff | disabled
         self.last_error: str | None = None
         self.last_success: float | None = None

@@ -79,15 +79,28 @@ def test_go_agent_test_values(tmp_path: Path) -> None:
     assert value(samples, "pcie_aer_fatal_total", "0000:00:01.1", error_type="DLP") == 0
 
 
-def test_a_malformed_file_is_an_error_for_that_file_only(faulty_copy: HostRoots) -> None:
+def test_a_malformed_line_is_skipped_and_counted_the_rest_of_the_file_kept(faulty_copy: HostRoots) -> None:
+    """As in the Go agent, one odd line (a bad number here) never costs the file's other counters."""
     path = faulty_copy.sys / "bus" / "pci" / "devices" / GPU / "aer_dev_fatal"
     path.write_text(path.read_text().replace("SDES 1", "SDES one"))
     gathered, samples = collect(PcieAerCollector(), faulty_copy)
     assert len(gathered.errors) == 1
     assert f"{GPU}/aer_dev_fatal" in gathered.errors[0] and "SDES" in gathered.errors[0]
-    assert GPU not in devices(samples, "pcie_aer_fatal_total")
+    fatal = {dict(s.labels)["error_type"] for s in samples if s.metric == "pcie_aer_fatal_total" and s.device == GPU}
+    assert "SDES" not in fatal and {"DLP", "TOTAL_ERR_FATAL"} <= fatal
+    assert value(samples, "pcie_aer_fatal_total", GPU, error_type="TOTAL_ERR_FATAL") == 1
     assert value(samples, "pcie_aer_correctable_total", GPU, error_type="TOTAL_ERR_COR") == 16
-    assert devices(samples, "pcie_aer_fatal_total") == AER_DEVICES - {GPU}
+    assert devices(samples, "pcie_aer_fatal_total") == AER_DEVICES
+
+
+def test_go_agent_malformed_lines(tmp_path: Path) -> None:
+    """The Go agent's own case: a blank line, a name without a count and a bad number are skipped, 2 lines kept."""
+    device = tmp_path / "sys" / "bus" / "pci" / "devices" / "0000:00:01.1"
+    device.mkdir(parents=True)
+    (device / "aer_dev_correctable").write_text("\nTOTAL_ERR_COR\nRxErr 4\nBadTLP notanumber\nBadDLLP 1\n")
+    gathered, samples = collect(PcieAerCollector(), HostRoots.under(tmp_path))
+    assert {dict(s.labels)["error_type"]: s.value for s in samples} == {"RxErr": 4, "BadDLLP": 1}
+    assert len(gathered.errors) == 2 and all("aer_dev_correctable" in e for e in gathered.errors)
 
 
 def test_every_file_malformed_raises(faulty_copy: HostRoots) -> None:
@@ -109,23 +122,27 @@ def test_not_present(tmp_path: Path, healthy_copy: HostRoots) -> None:
 
 
 def test_parse_exact() -> None:
-    counts = parse_aer("RxErr 2\nERR_COR_bit[12] 1\nTOTAL_ERR_COR 3\n", "TOTAL_ERR_COR")
-    assert list(counts.items()) == [("RxErr", 2), ("ERR_COR_bit[12]", 1), ("TOTAL_ERR_COR", 3)]
-    assert parse_aer("RxErr 1\n", "TOTAL_ERR_COR") == {"RxErr": 1}
+    counts, skipped = parse_aer("RxErr 2\nERR_COR_bit[12] 1\nTOTAL_ERR_COR 3\n", "TOTAL_ERR_COR")
+    assert list(counts.items()) == [("RxErr", 2), ("ERR_COR_bit[12]", 1), ("TOTAL_ERR_COR", 3)] and skipped == []
+    assert parse_aer("RxErr 1\n", "TOTAL_ERR_COR") == ({"RxErr": 1}, [])
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "kept", "n_skipped"),
     [
-        "",
-        "\n\n",
-        "RxErr one\nTOTAL_ERR_COR 1\n",
-        "TOTAL_ERR_FATAL 0\n",
-        "TOTAL_ERR_FATAL 1\nTOTAL_ERR_COR 1\n",  # the wrong file's total line: not a per-type count
-        "RxErr\nTOTAL_ERR_COR 0\n",
+        ("RxErr one\nTOTAL_ERR_COR 1\n", {"TOTAL_ERR_COR": 1}, 1),
+        ("TOTAL_ERR_FATAL 1\nTOTAL_ERR_COR 1\n", {"TOTAL_ERR_COR": 1}, 1),  # the wrong file's total line
+        ("RxErr\nTOTAL_ERR_COR 0\n", {"TOTAL_ERR_COR": 0}, 1),
+        ("header line\nRxErr 2\n\nBadTLP 3\n", {"RxErr": 2, "BadTLP": 3}, 1),
     ],
 )
-def test_parse_rejects(text: str) -> None:
+def test_parse_skips_bad_lines(text: str, kept: dict[str, int], n_skipped: int) -> None:
+    counts, skipped = parse_aer(text, "TOTAL_ERR_COR")
+    assert counts == kept and len(skipped) == n_skipped
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "TOTAL_ERR_FATAL 0\n", "garbage\n", "RxErr one\n"])
+def test_parse_rejects_a_file_without_a_usable_line(text: str) -> None:
     with pytest.raises(ParseError):
         parse_aer(text, "TOTAL_ERR_COR")
 
@@ -133,13 +150,14 @@ def test_parse_rejects(text: str) -> None:
 @given(st.text(), st.sampled_from(["TOTAL_ERR_COR", "TOTAL_ERR_NONFATAL", "TOTAL_ERR_FATAL"]))
 def test_parse_any_text(text: str, total: str) -> None:
     with contextlib.suppress(ParseError):
-        parse_aer(text, total)
+        counts, _ = parse_aer(text, total)
+        assert counts and all(k == total or not k.startswith("TOTAL_") for k in counts)
 
 
 @given(damaged(fixture_text("faulty", f"sys/bus/pci/devices/{GPU}/aer_dev_fatal")))
 def test_parse_damaged_fixture(text: str) -> None:
     try:
-        counts = parse_aer(text, "TOTAL_ERR_FATAL")
+        counts, _ = parse_aer(text, "TOTAL_ERR_FATAL")
     except ParseError:
         return
     assert counts and all(v >= 0 for v in counts.values())

@@ -89,6 +89,24 @@ def test_malformed_zone_keeps_the_others(faulty_copy: HostRoots) -> None:
     assert [s.device for s in samples] == ["intel-rapl:0", "intel-rapl:0:1"]
 
 
+def test_a_zone_without_a_readable_name_keeps_its_energy(faulty_copy: HostRoots) -> None:
+    """Go emits such a zone without the zone label; ours has zone="" (the same series in Prometheus)."""
+    (faulty_copy.sys / "class" / "powercap" / "intel-rapl:0:0" / "name").unlink()
+    gathered, samples = collect(RaplCollector(), faulty_copy)
+    assert gathered.errors == []  # a missing name file is no error, as in Go
+    assert find(samples, "power_energy_joules_total", "intel-rapl:0:0", zone="").kind is Kind.COUNTER
+    assert len(samples) == 3
+
+    def unreadable_name(path: Path) -> str:
+        if path.name == "name" and path.parent.name == "intel-rapl:0:1":
+            raise OSError(5, "Input/output error", str(path))
+        return read_text(path)
+
+    gathered, samples = collect(RaplCollector(read=unreadable_name), faulty_copy)
+    assert len(gathered.errors) == 1 and "intel-rapl:0:1/name" in gathered.errors[0]
+    assert value(samples, "power_energy_joules_total", "intel-rapl:0:1", zone="") > 0
+
+
 def test_all_zones_malformed_raises(faulty_copy: HostRoots) -> None:
     for zone in ("intel-rapl:0", "intel-rapl:0:0", "intel-rapl:0:1"):
         (faulty_copy.sys / "class" / "powercap" / zone / "energy_uj").write_text("")

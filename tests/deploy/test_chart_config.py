@@ -48,7 +48,7 @@ def pod_env(rendered: Rendered, ds: Doc) -> dict[str, str]:
 def check_config(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(path.parent)}
     return subprocess.run(
-        [NVDAEMON, "check-config", str(path)],
+        [NVDAEMON, "check-config", "--offline", str(path)],  # the token files are the pod's, not this host's
         env={**base, **env},
         capture_output=True,
         text=True,

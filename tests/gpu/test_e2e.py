@@ -1,6 +1,6 @@
 """End to end: ``nvdaemon run`` as a subprocess with ``tiers: [core, gpu]`` on the fake NVML (the XID 79 scenario):
-gpu samples and the dcgm surface in /metrics, the XID and the lost GPU in /v1/state, and the XID delivered to the
-test platform-connector as an NvdaemonGpuXidError node condition."""
+gpu samples and the dcgm surface in /metrics, the XID and the lost GPU in /v1/status, and the XID delivered to the
+test platform-connector as an NvdaemonGpuXidError node condition, the lost GPU as NvdaemonGpuFallenOff."""
 
 from __future__ import annotations
 
@@ -44,9 +44,9 @@ def test_gpu_samples_xid_event_lost_gpu_and_nvsentinel_condition(setup: tuple[Ag
     assert "# TYPE DCGM_FI_DEV_GPU_TEMP gauge" in metrics
 
     def xid_events() -> list[dict[str, object]]:
-        return [e for e in agent.state()["recentEvents"] if e["condition"] == "gpu_xid_error"]
+        return [e for e in agent.status()["recentEvents"] if e["condition"] == "gpu_xid_error"]
 
-    (xid,) = wait_for(xid_events, "the XID 79 event in /v1/state")
+    (xid,) = wait_for(xid_events, "the XID 79 event in /v1/status")
     assert (xid["device"], xid["severity"], xid["phase"], xid["tier"]) == ("gpu3", "critical", "ENTER", "gpu")
     assert xid["detail"] == {
         "xid": 79,
@@ -55,7 +55,7 @@ def test_gpu_samples_xid_event_lost_gpu_and_nvsentinel_condition(setup: tuple[Ag
         "pci_bus_id": "00000000:5D:00.0",
     }
     wait_for(
-        lambda: [e for e in agent.state()["recentEvents"] if e["condition"] == "gpu_lost" and e["device"] == "gpu3"],
+        lambda: [e for e in agent.status()["recentEvents"] if e["condition"] == "gpu_lost" and e["device"] == "gpu3"],
         "gpu_lost for gpu3",
     )
     cond = wait_for(
@@ -68,6 +68,14 @@ def test_gpu_samples_xid_event_lost_gpu_and_nvsentinel_condition(setup: tuple[Ag
     assert list(fault.errorCode) == ["79"] and fault.isFatal and fault.componentClass == "GPU"
     entities = {(e.entityType, e.entityValue) for e in fault.entitiesImpacted}
     assert entities == {("PCI", "00000000:5D:00.0"), ("GPU_UUID", "GPU-3e6f7b54-a085-4c3d-8f4b-8d9e0f1a2b34")}
+    # The lost GPU is a fault of its own, beside the XID 79 (which it would be without one, too).
+    lost = wait_for(
+        lambda: (c := connector.condition("NvdaemonGpuFallenOff")) and c["status"] == "True" and c,
+        "NvdaemonGpuFallenOff node condition",
+    )
+    assert (
+        "ErrorCode:GPU_FALLEN_OFF_BUS GPU:3 " in lost["message"] and "Recommended Action=RESTART_BM;" in lost["message"]
+    )
     metrics = agent.get("/metrics")[1].decode()
     assert 'nodevitals_hw_gpu_xid_errors_total{device="gpu3"' in metrics and 'xid="79"} 1.0' in metrics
     assert 'err_code="79",err_msg="GPU has fallen off the bus"} 79' in metrics

@@ -16,9 +16,9 @@ from nvdaemon.gpu import GpuRuntime, open_gpu
 from nvdaemon.gpu.events import GO_XID_SEVERITY, xid_event, xid_severity
 from nvdaemon.gpu.xid import run_xid_source, serve_xid
 from nvdaemon.model import Event, Kind, Phase, Sample
-from nvdaemon.nvml import GpuIdentity, NvmlUnavailable, XidNotice
+from nvdaemon.nvml import GpuIdentity, NvmlFailure, NvmlUnavailable, XidNotice
 from nvdaemon.nvml.fake import FakeNvml
-from nvdaemon.sinks.nvsentinel_map import XID_DESCRIPTIONS
+from nvdaemon.sinks.nvsentinel_xid import XID_DESCRIPTIONS
 from tests.gpu.conftest import HEALTHY, THERMAL, XID79, make_agent, wait_until
 
 GAUGES = {
@@ -160,7 +160,7 @@ def test_xid_events_enter_only_with_the_go_detail_on_the_wire() -> None:
     for code, severity in ((13, "info"), (74, "warning"), (79, "critical"), (4242, "warning")):
         wire = xid_event(XidNotice(2, code), ident, node="n", seq=1, now=1_700_000_000.5).wire()
         assert (wire["condition"], wire["phase"], wire["severity"]) == ("gpu_xid_error", "ENTER", severity)
-        assert wire["started_at"] == "2023-11-14T22:13:20.500000Z" and "ended_at" not in wire
+        assert wire["started_at"] == "2023-11-14T22:13:20.5Z" and "ended_at" not in wire
         assert wire["detail"]["xid"] == code and isinstance(wire["detail"]["description"], str)
 
 
@@ -259,3 +259,42 @@ async def test_nvml_missing_in_a_gpu_only_process_is_an_error(tmp_path: Path) ->
     agent = make_agent(tmp_path, tiers="[gpu]", scenario=scenario)
     with pytest.raises(NvmlUnavailable, match="NVML Shared Library Not Found"):
         await agent.run()
+
+
+def test_nvml_that_stops_answering_loses_every_known_gpu_once_and_each_comes_back() -> None:
+    events: list[Event] = []
+    fake = FakeNvml(HEALTHY)
+    rt = runtime(fake, events)
+    tick(rt)
+    assert [d for d, _, _ in rt.answering()] == [f"gpu{i}" for i in range(8)]
+    fake.fail("Driver Not Loaded")
+    (collector,) = rt.collectors()
+    for now in (2.0, 3.0):
+        gathered = collector.gather(HostRoots())
+        assert gathered.errors == ["nvmlDeviceGetCount: Driver Not Loaded"]
+        assert collector.interpret(gathered, now) == []
+    assert [(e.condition, e.phase, e.device) for e in events] == [
+        ("gpu_lost", Phase.ENTER, f"gpu{i}") for i in range(8)
+    ]
+    assert all(e.detail["error"] == "nvmlDeviceGetCount: Driver Not Loaded" for e in events)
+    assert events[3].detail["gpu_uuid"] == "GPU-3e6f7b54-a085-4c3d-8f4b-8d9e0f1a2b34"  # the identity last known
+    assert rt.answering() == []
+    fake.fail("")
+    fake.set_lost(6, True)  # back, but one GPU did not survive the driver reload
+    tick(rt, now=4.0)
+    exits = [e.device for e in events if e.phase is Phase.EXIT]
+    assert exits == [f"gpu{i}" for i in range(8) if i != 6]
+    assert [d for d, _, _ in rt.answering()] == [f"gpu{i}" for i in range(8) if i != 6]
+    assert ("gpu5", "GPU-5a8b9d76-c2a7-4e5f-8b6d-0f1a2b3c4d56", "00000000:AB:00.0") in rt.answering()
+
+
+def test_nvml_error_in_a_scenario_step() -> None:
+    scenario: dict[str, Any] = {
+        "devices": [{"uuid": "GPU-a"}],
+        "steps": [{}, {"nvmlError": "Unknown Error"}, {"nvmlError": None}],
+    }
+    fake = FakeNvml(scenario)
+    assert fake.device_count() == 1
+    with pytest.raises(NvmlFailure, match="Unknown Error"):
+        fake.device_count()
+    assert fake.device_count() == 1

@@ -185,8 +185,7 @@ def test_real_nvml_missing_mixed_process_keeps_core_gpu_only_process_exits_1(tmp
     agent = Proc(tmp_path, host, mixed)
     try:
         agent.start()
-        state = agent.state()
-        assert "load1" in {s["metric"] for s in state["samples"]}
+        assert "load1" in {s["metric"] for s in agent.samples()}
         assert agent.get("/healthz")[0] == 200
         assert agent.stop()[0] == 0
     finally:

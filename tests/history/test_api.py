@@ -1,9 +1,11 @@
-"""``GET /v1/history/{metric}`` through the app (quart-trio test client): every parameter, errors as JSON naming the
-parameter, 413 with a hint, 404 when disabled, the token guard, SQL-looking values as data, and hypothesis garbage
-for each parameter that never gives a 500."""
+"""``GET /v1/history/{metric}`` through the app (quart-trio test client): the Go agent's array of series, every
+parameter (``range`` as days or Go durations), errors as JSON naming the parameter, 413 with a hint, 404 in Go's
+words when disabled, the token guard, SQL-looking values as data, and hypothesis garbage for each parameter that never
+gives a 500."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -11,18 +13,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import msgspec
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nvdaemon.app import Agent
+from nvdaemon.gotime import rfc3339
 from nvdaemon.history.core import EPOCH, MAX_POINTS, Acc, quantum_for
 from nvdaemon.history.service import HistorySink
-from nvdaemon.history.store import _UPSERT, HistoryStore
+from nvdaemon.history.store import _UPSERT, HistoryStore, QueryResult, SeriesResult
+from nvdaemon.model import Sample, make_labels
 from nvdaemon.server.app import build_app
+from nvdaemon.server.history_routes import CHUNK, GoPoint, GoSeries, series_json
 from nvdaemon.sqlitetx import transaction
 from nvdaemon.supervise import Supervisor
+from nvdaemon.tiers import TierSnapshot
 from tests.history.helpers import Wall, make_agent, snap
 
 NOW = (int(time.time()) // 300) * 300  # the newest window end; points are laid out back from it
@@ -40,13 +47,22 @@ def fill(sink: HistorySink) -> None:
     sink.ingest(snap((EVIL_METRIC, EVIL_DEVICE, 7.0, NOW - 10)))
 
 
-async def get(agent: Agent, path: str, **params: str) -> tuple[int, dict[str, Any]]:
+async def get(agent: Agent, path: str, **params: str) -> tuple[int, Any]:
     client = build_app(agent).test_client()
     resp = await client.get(path, query_string=params or None)
     body = await resp.get_data()
     assert resp.headers["Content-Type"] == "application/json"
-    doc: dict[str, Any] = json.loads(body)
-    return resp.status_code, doc
+    return resp.status_code, json.loads(body)
+
+
+def unix(stamp: str) -> int:
+    """A point's RFC 3339 timestamp back to unix seconds (window ends are whole seconds, written without a fraction)."""
+    assert stamp.endswith("Z") and "." not in stamp, stamp
+    return int(dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+
+
+def rows(series: dict[str, Any]) -> list[tuple[int, float, float, float]]:
+    return [(unix(p["timestamp"]), p["value"], p["min"], p["max"]) for p in series["points"]]
 
 
 @pytest.fixture
@@ -66,60 +82,83 @@ async def agent(tmp_path: Path) -> AsyncIterator[Agent]:
         nursery.cancel_scope.cancel()
 
 
-async def test_series_with_labels_points_oldest_first(agent: Agent) -> None:
+async def test_go_array_of_series_points_oldest_first(agent: Agent) -> None:
     status, doc = await get(agent, "/v1/history/gpu_temperature_celsius")
     assert status == 200
-    assert (doc["metric"], doc["node"], doc["intervalSeconds"], doc["step"], doc["since"]) == (
-        "gpu_temperature_celsius",
-        "n1",
-        300,
-        None,
-        None,
-    )
-    assert doc["columns"] == ["time", "avg", "min", "max"]
-    assert [(s["device"], s["labels"], len(s["points"])) for s in doc["series"]] == [
-        ("gpu0", {}, 576),
-        ("gpu1", {}, 576),
+    assert isinstance(doc, list)
+    # Go's SeriesHistory: metric, node, tier, device, labels (left out when empty), points.
+    assert [list(s) for s in doc] == [["metric", "node", "tier", "device", "points"]] * 2
+    assert [(s["metric"], s["node"], s["tier"], s["device"], len(s["points"])) for s in doc] == [
+        ("gpu_temperature_celsius", "n1", "gpu", "gpu0", 576),
+        ("gpu_temperature_celsius", "n1", "gpu", "gpu1", 576),
     ]
-    pts = doc["series"][1]["points"]
-    assert pts[-1] == [NOW, 41.0, 41.0, 41.0] and pts[0][0] == NOW - 575 * 300
+    assert list(doc[1]["points"][-1]) == ["timestamp", "value", "min", "max"]
+    pts = rows(doc[1])
+    assert pts[-1] == (NOW, 41.0, 41.0, 41.0) and pts[0][0] == NOW - 575 * 300
     assert [p[0] for p in pts] == sorted(p[0] for p in pts)
 
 
-async def test_unknown_metric_is_an_empty_list(agent: Agent) -> None:
-    status, doc = await get(agent, "/v1/history/no_such_metric")
-    assert (status, doc["metric"], doc["series"]) == (200, "no_such_metric", [])
+async def test_labels_are_there_when_the_series_has_them(agent: Agent) -> None:
+    sink = agent.sinks["history"]
+    assert isinstance(sink, HistorySink)
+    labelled = Sample("gpu_power_watts", "gpu1", 250.0, labels=make_labels({"gpu_uuid": "GPU-1"}), timestamp=NOW - 10)
+    sink.ingest(TierSnapshot("gpu", [labelled], {}, collected_at=NOW - 10, duration=0.0))
+    await sink.flush()
+    _, doc = await get(agent, "/v1/history/gpu_power_watts", device="gpu1")
+    assert doc == [
+        {
+            "metric": "gpu_power_watts",
+            "node": "n1",
+            "tier": "gpu",
+            "device": "gpu1",
+            "labels": {"gpu_uuid": "GPU-1"},
+            "points": [{"timestamp": rfc3339(NOW), "value": 250.0, "min": 250.0, "max": 250.0}],
+        }
+    ]
 
 
-async def test_range(agent: Agent) -> None:
-    _, doc = await get(agent, "/v1/history/gpu_power_watts", range="1h")
-    times = [p[0] for p in doc["series"][0]["points"]]
-    assert doc["since"] is not None and all(t >= doc["since"] for t in times)
-    assert 11 <= len(times) <= 13 and times[-1] == NOW
-    _, doc = await get(agent, "/v1/history/gpu_power_watts", range="30m")
-    assert 5 <= len(doc["series"][0]["points"]) <= 7
-    _, doc = await get(agent, "/v1/history/gpu_power_watts", range="")
-    assert len(doc["series"][0]["points"]) == 576
+async def test_unknown_metric_is_an_empty_array(agent: Agent) -> None:
+    assert await get(agent, "/v1/history/no_such_metric") == (200, [])
+
+
+async def test_range_takes_days_and_go_durations(agent: Agent) -> None:
+    now = time.time()
+
+    async def times(range_: str) -> list[int]:
+        status, doc = await get(agent, "/v1/history/gpu_power_watts", range=range_)
+        assert status == 200, doc
+        return [p[0] for p in rows(doc[0])]
+
+    hour = await times("1h")
+    assert all(t >= now - 3600 - 1 for t in hour) and 11 <= len(hour) <= 13 and hour[-1] == NOW
+    assert 5 <= len(await times("30m")) <= 7
+    for go_duration in ("90m", "1h30m", "1.5h", "5400s", "5400000ms"):
+        assert 17 <= len(await times(go_duration)) <= 19, go_duration
+    assert 32 <= len(await times("2h45m30s")) <= 34
+    assert len(await times("1d")) in (288, 289)
+    assert len(await times("")) == 576
 
 
 async def test_step(agent: Agent) -> None:
     _, doc = await get(agent, "/v1/history/gpu_temperature_celsius", device="gpu0", step="1h")
-    pts = doc["series"][0]["points"]
-    assert doc["step"] == 3600 and all(p[0] % 3600 == 0 for p in pts)
+    pts = rows(doc[0])
+    assert all(p[0] % 3600 == 0 for p in pts)
     assert 48 <= len(pts) <= 49
     whole_hours = pts[1:-1]  # full buckets: the 12 distinct values 40..51 of gpu0
     assert whole_hours and all(p[2] == 40.0 and p[3] == 51.0 and p[1] == 45.5 for p in whole_hours)
+    _, again = await get(agent, "/v1/history/gpu_temperature_celsius", device="gpu0", step="60m")
+    assert again == doc
 
 
 async def test_device_and_node(agent: Agent) -> None:
     _, doc = await get(agent, "/v1/history/gpu_temperature_celsius", device="gpu1")
-    assert [s["device"] for s in doc["series"]] == ["gpu1"]
+    assert [s["device"] for s in doc] == ["gpu1"]
     _, doc = await get(agent, "/v1/history/gpu_temperature_celsius", device="gpu9")
-    assert doc["series"] == []
+    assert doc == []
     _, doc = await get(agent, "/v1/history/gpu_temperature_celsius", node="n1")
-    assert len(doc["series"]) == 2
+    assert len(doc) == 2
     _, doc = await get(agent, "/v1/history/gpu_temperature_celsius", node="other-node")
-    assert doc["series"] == []
+    assert doc == []
 
 
 @pytest.mark.parametrize(
@@ -127,6 +166,11 @@ async def test_device_and_node(agent: Agent) -> None:
     [
         ({"range": "ninety days"}, "range"),
         ({"range": "-1d"}, "range"),
+        ({"range": "-1h"}, "range"),
+        ({"range": "0s"}, "range"),
+        ({"range": "9223372036854775808ns"}, "range"),
+        ({"range": "36501d"}, "range"),
+        ({"range": "1h30"}, "range"),
         ({"step": "10s"}, "step"),
         ({"step": "1y"}, "step"),
         ({"limit": "5"}, "limit"),
@@ -147,11 +191,11 @@ async def test_repeated_parameter_is_400(agent: Agent) -> None:
 async def test_sql_looking_values_stay_data(agent: Agent) -> None:
     status, doc = await get(agent, "/v1/history/" + quote(EVIL_METRIC, safe=""), device=EVIL_DEVICE)
     assert status == 200
-    assert [(s["device"], s["points"]) for s in doc["series"]] == [(EVIL_DEVICE, [[NOW, 7.0, 7.0, 7.0]])]
+    assert [(s["metric"], s["device"], rows(s)) for s in doc] == [(EVIL_METRIC, EVIL_DEVICE, [(NOW, 7.0, 7.0, 7.0)])]
     _, doc = await get(agent, "/v1/history/gpu_power_watts", device="' OR 1=1 --")
-    assert doc["series"] == []
+    assert doc == []
     _, doc = await get(agent, "/v1/history/gpu_power_watts")
-    assert len(doc["series"][0]["points"]) == 576  # nothing was dropped
+    assert len(doc[0]["points"]) == 576  # nothing was dropped
 
 
 async def test_more_than_the_limit_is_413_with_a_hint(agent: Agent) -> None:
@@ -172,8 +216,34 @@ async def test_more_than_the_limit_is_413_with_a_hint(agent: Agent) -> None:
     assert status == 413
     assert doc["points"] == MAX_POINTS + 1 and doc["limit"] == MAX_POINTS and "step=" in doc["hint"]
     status, doc = await get(agent, "/v1/history/gpu_utilization_pct", step="1d")
-    assert status == 200 and 139 <= len(doc["series"][0]["points"]) <= 141
-    assert doc["series"][0]["points"][0][1:] == [50.0, 50.0, 50.0]
+    assert status == 200 and 139 <= len(doc[0]["points"]) <= 141
+    assert rows(doc[0])[0][1:] == (50.0, 50.0, 50.0)
+    status, doc = await get(agent, "/v1/history/gpu_utilization_pct", range="2400h")  # 144,000 points: under
+    assert status == 200 and 143_990 <= len(doc[0]["points"]) <= 144_001
+
+
+@pytest.mark.parametrize("sizes", [[], [0], [1], [CHUNK], [CHUNK + 1, 3], [2 * CHUNK + 5, 0, CHUNK - 1]])
+def test_pieces_make_the_document_encoded_whole(sizes: list[int]) -> None:
+    result = QueryResult(
+        [
+            SeriesResult(
+                f"gpu{i}", {"gpu_uuid": f"GPU-{i}"} if i % 2 else {}, [(60 * k, k / 3, -k, 1e21) for k in range(n)]
+            )
+            for i, n in enumerate(sizes)
+        ]
+    )
+    whole = [
+        GoSeries(
+            metric="m",
+            node="n1",
+            tier="core",
+            device=s.device,
+            labels=s.labels,
+            points=[GoPoint(rfc3339(t), a, lo, hi) for t, a, lo, hi in s.points],
+        )
+        for s in result.series
+    ]
+    assert b"".join(series_json("m", "n1", result)) == msgspec.json.encode(whole)
 
 
 async def test_token_guard_applies(tmp_path: Path) -> None:
@@ -188,9 +258,9 @@ async def test_token_guard_applies(tmp_path: Path) -> None:
     assert json.loads(await resp.get_data())["error"] == "history store not open yet"
 
 
-async def test_disabled_is_404(tmp_path: Path) -> None:
+async def test_disabled_is_404_in_gos_words(tmp_path: Path) -> None:
     status, doc = await get(make_agent(tmp_path, "{enabled: false}"), "/v1/history/gpu_power_watts", range="1d")
-    assert (status, doc) == (404, {"error": "history disabled"})
+    assert (status, doc) == (404, {"error": "history not enabled"})
 
 
 # ---- hypothesis garbage: one shared store, one trio.run per example ------------------------------------------
@@ -226,7 +296,7 @@ def test_garbage_in_each_parameter_is_never_a_500(garbage_agent: Agent, param: s
     if status == 400:
         assert doc["parameter"] == param
     else:
-        assert isinstance(doc["series"], list)
+        assert isinstance(doc, list)
 
 
 @GARBAGE
@@ -235,7 +305,7 @@ def test_garbage_metric_is_never_a_500(garbage_agent: Agent, metric: str) -> Non
     status, doc = ask(garbage_agent, metric, {})
     assert status in (200, 400, 404, 308), (status, doc)  # 404 and 308: a metric with "/" is another path
     if status == 200:
-        assert doc["series"] == [] or metric == "gpu_power_watts"
+        assert doc == [] or metric == "gpu_power_watts"
 
 
 @GARBAGE

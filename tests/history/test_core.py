@@ -13,15 +13,17 @@ from nvdaemon.history.core import (
     DEFAULT_METRICS,
     Acc,
     ParamError,
+    Query,
     Windows,
     allowlist,
     buckets_between,
     decode_point,
     downsample,
     encode_point,
-    parse_duration,
     parse_query,
+    parse_span,
     quantum_for,
+    tier_of,
     to_minutes,
 )
 from nvdaemon.model import Sample
@@ -156,17 +158,78 @@ def test_downsample_properties(raw: list[tuple[int, float]], k: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("", None), ("90d", 90 * 86400), ("6h", 21600), ("30m", 1800), ("45s", 45), ("2w", 1209600)]
+    ("text", "seconds"),
+    [
+        ("", None),
+        ("90d", 90 * 86400),
+        ("+7d", 7 * 86400),  # Go's strconv.Atoi takes a sign and leading zeros
+        ("007d", 7 * 86400),
+        ("36500d", 36500 * 86400),
+        ("6h", 21600),
+        ("30m", 1800),
+        ("45s", 45),
+        ("90m", 5400),
+        ("1h30m", 5400),
+        ("2h45m30s", 9930),
+        ("1.5h", 5400),
+        ("300ms", 0.3),
+        ("1h0.5m", 3630),
+        ("876000h", 36500 * 86400),
+    ],
 )
-def test_parse_duration(text: str, seconds: int | None) -> None:
-    assert parse_duration(text, "range") == seconds
+def test_parse_span_takes_days_and_go_durations(text: str, seconds: float | None) -> None:
+    assert parse_span(text, "range") == seconds
 
 
-@pytest.mark.parametrize("text", ["0d", "d", "5", "5x", "-5d", "1.5h", " 5d", "5d ", "1h30m", "99999999999d", "٣d"])
-def test_parse_duration_rejects(text: str) -> None:
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0d",
+        "-5d",
+        "d",
+        "1.5d",
+        "36501d",
+        "99999999999d",
+        "\u0663d",
+        " 5d",
+        "5d ",  # days
+        "5",
+        "5x",
+        "2w",
+        "1y",
+        "0",
+        "-1h",
+        "+0s",
+        "0s",
+        "-0",
+        "876000h1ns",
+        "9223372036854775808ns",  # durations
+        "1h 30m",
+        "1h_30m",
+        ".h",
+        "h",
+    ],
+)
+def test_parse_span_rejects(text: str) -> None:
     with pytest.raises(ParamError) as info:
-        parse_duration(text, "step")
+        parse_span(text, "step")
     assert info.value.param == "step"
+
+
+@pytest.mark.parametrize(
+    ("metric", "tier"),
+    [
+        ("gpu_temperature_celsius", "gpu"),
+        ("gpu_ecc_uncorrected_total", "gpu"),
+        ("smart_pending_sectors", "smart"),
+        ("nvme_percentage_used", "smart"),
+        ("load1", "core"),
+        ("temp_celsius", "core"),
+        ("psi_stall_seconds_total", "core"),
+    ],
+)
+def test_tier_of_follows_the_go_catalogue(metric: str, tier: str) -> None:
+    assert tier_of(metric) == tier
 
 
 @pytest.mark.parametrize(
@@ -174,6 +237,8 @@ def test_parse_duration_rejects(text: str) -> None:
     [
         ({"range": ["x"]}, "range"),
         ({"step": ["30s"]}, "step"),
+        ({"step": ["61500ms"]}, "step"),  # buckets are whole seconds
+        ({"range": ["1h30"]}, "range"),
         ({"step": ["1h"], "range": ["1d", "2d"]}, "range"),
         ({"device": ["a\x00b"]}, "device"),
         ({"node": ["n" * 2000]}, "node"),
@@ -188,7 +253,8 @@ def test_parse_query_names_the_bad_parameter(args: dict[str, list[str]], param: 
 
 def test_parse_query_values() -> None:
     q = parse_query({"range": ["1d"], "step": ["1h"], "device": ["gpu1"], "node": ["n1"]}, now=T0 + 0.5)
-    assert (q.since, q.step, q.device, q.node) == (T0 + 1 - 86400, 3600, "gpu1", "n1")
+    assert (q.since, q.step, q.device, q.node) == (T0 - 86400, 3600, "gpu1", "n1")  # Go's: floor(now - range)
+    assert parse_query({"range": ["1h30m"], "step": ["1.5m"]}, now=T0 + 0.5) == Query(T0 - 5400, 90, None, None)
     empty = parse_query({"range": [""], "device": [""]}, now=T0)
     assert (empty.since, empty.step, empty.device, empty.node) == (None, None, None, None)
 

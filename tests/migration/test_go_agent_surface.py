@@ -130,12 +130,45 @@ SMART = {
     ("nvme_bytes_written_total", "nvme0n1"),
     ("nvme_error_log_entries", "nvme0n1"),
 }
+# The rows Go emits for NVMe too (temperature, power-on hours and cycles from the health log; capacity and logical
+# block size from the first namespace): every NVMe disk has them.
+SMART |= {
+    (metric, nvme)
+    for metric in (
+        "smart_temperature_celsius",
+        "smart_power_on_hours",
+        "smart_power_cycles",
+        "smart_capacity_bytes",
+        "smart_logical_block_size_bytes",
+    )
+    for nvme in ("nvme0n1", "nvme1n1")
+}
 SMART_VALUES = {
     ("smart_rotation_rate_rpm", "sdb"): 5425,
     ("smart_interface_speed_bits_per_second", "sdb"): 3.0e9,  # "current: 3.0 Gb/s"
+    ("smart_interface_speed_bits_per_second", "sda"): 6.0e9,
     ("smart_logical_block_size_bytes", "sda"): 512,
     ("smart_capacity_bytes", "sda"): 1_000_204_886_016,
+    # SATA raw attributes as counts; the pre-fail thresholds hold, so health passed despite the counts
+    ("smart_reallocated_sectors", "sdb"): 1064,
+    ("smart_pending_sectors", "sdb"): 24,
+    ("smart_offline_uncorrectable", "sdb"): 16,
+    ("smart_reported_uncorrectable", "sdb"): 12,
+    ("smart_health_passed", "sdb"): 1,
+    ("smart_error_log_count", "sdb"): 37,
+    ("smart_error_log_count", "sda"): 0,  # "No Errors Logged"
+    # NVMe: health from critical_warning == 0 (nvme1n1 has 0x05), bytes = data units x 512,000
+    ("smart_health_passed", "nvme1n1"): 0,
+    ("nvme_critical_warning", "nvme1n1"): 5,
+    ("nvme_bytes_read_total", "nvme0n1"): 23_456_789 * 512_000,
+    ("nvme_bytes_written_total", "nvme0n1"): 34_567_890 * 512_000,
+    ("smart_temperature_celsius", "nvme0n1"): 38,
+    ("smart_power_on_hours", "nvme1n1"): 41_234,
+    ("smart_power_cycles", "nvme0n1"): 210,
+    ("smart_logical_block_size_bytes", "nvme1n1"): 4096,  # the namespace's formatted LBA size
+    ("smart_capacity_bytes", "nvme0n1"): 2_000_398_934_016,
 }
+SATA_ONLY = ("smart_error_log_count", "smart_rotation_rate_rpm", "smart_interface_speed_bits_per_second")
 
 # contract §2, gpu: 21 per GPU (c = counter), labels gpu_uuid, gpu_model, pci_bus_id
 GPU_COUNTERS = {
@@ -265,6 +298,14 @@ def test_smart_rows_are_gauges_without_suffix(migrated: tuple[Agent, Receiver, d
         assert _value(fams, metric, device, ()) == pytest.approx(want), (metric, device)
     # > 0 only: the SSD has no rotation rate series.
     assert "sda" not in {s["device"] for s in _series(fams["nodevitals_hw_smart_rotation_rate_rpm"])}
+    # Go reads these from the ATA side only: no NVMe series.
+    for metric in SATA_ONLY:
+        assert not {s["device"] for s in _series(fams["nodevitals_hw_" + metric])} & {"nvme0n1", "nvme1n1"}, metric
+    for fam in fams.values():  # every smart-tier series carries node, tier, device and no other label
+        if fam.name.startswith("nodevitals_hw_") and fam.name != "nodevitals_hw_smart_device_info":
+            for s in _series(fam):
+                if s["tier"] == "smart":
+                    assert set(s) == {"node", "tier", "device"}, (fam.name, s)
 
 
 def test_gpu_rows(migrated: tuple[Agent, Receiver, dict[str, ParsedFamily]]) -> None:
@@ -347,7 +388,9 @@ def test_rest_answers_in_go_shapes(migrated: tuple[Agent, Receiver, dict[str, Pa
     by_key = {(s["metric"], s["device"]): s for s in samples if not s.get("labels")}
     load = by_key[("load1", "cpu")]
     assert set(load) == {"node", "tier", "device", "metric", "value", "timestamp"}  # kind omitted for a gauge
-    assert load["value"] == pytest.approx(0.52) and load["node"] == NODE
+    # What the host's loadavg says now (the webhook test lowers it from the Go tests' 0.52 to see the EXIT).
+    now = float((agent.host / "proc" / "loadavg").read_text().split()[0])
+    assert load["value"] == pytest.approx(now) and load["node"] == NODE
     _rfc3339(load["timestamp"])
     rx = by_key[("net_rx_bytes_total", "eth0")]
     assert rx["kind"] == "counter" and rx["value"] == 5000
@@ -367,3 +410,30 @@ def test_rest_answers_in_go_shapes(migrated: tuple[Agent, Receiver, dict[str, Pa
 
     status, body = agent.get("/v1/status")
     assert status == 200 and json.loads(body)["node"] == NODE
+
+
+def test_go_smart_rule_enters_per_disk(migrated: tuple[Agent, Receiver, dict[str, ParsedFamily]]) -> None:
+    """Go's default smartRules row (``device: ""``): sdb's 24 pending sectors enter on their own, as a smart event."""
+    agent, rx, _ = migrated
+    rx.wait(lambda r: any(x.data and x.data.get("condition") == "smart_pending_sectors" for x in r.received))
+    got = [x.data for x in rx.received if x.data and x.data.get("condition") == "smart_pending_sectors"]
+    assert [(d["device"], d["phase"]) for d in got] == [("sdb", "ENTER")]  # sda has none: no event
+    data = got[0]
+    assert (data["tier"], data["severity"], data["node"]) == ("smart", "critical", NODE)
+    assert data["detail"]["value"] == 24 and data["detail"]["threshold"] == 0
+    assert "ended_at" not in data
+
+    def counted() -> list[dict[str, str]]:
+        fam = parse(agent.get("/metrics")[1].decode()).get("nodevitals_events_total")
+        return [s for s in (_series(fam) if fam else []) if s["condition"] == "smart_pending_sectors"]
+
+    [series] = wait_for(counted, "nodevitals_events_total for smart_pending_sectors")
+    assert series == {
+        "node": NODE,
+        "tier": "smart",
+        "device": "sdb",
+        "condition": "smart_pending_sectors",
+        "severity": "critical",
+        "phase": "ENTER",
+        "xid": "",
+    }

@@ -364,6 +364,7 @@ def test_rootfs_path_and_rootfs_that_differ_are_an_error() -> None:
         ("[--collector.disable-defaults, --collector.meminfo]", {"meminfo"}, set(DEFAULTS) - {"meminfo"}),
         ("[--collector.meminfo, --collector.disable-defaults]", {"meminfo"}, set(DEFAULTS) - {"meminfo"}),
         ("[--no-collector.arp, --no-collector.systemd]", set(DEFAULTS), set()),  # not ours: off anyway, noted
+        ("[--collector.systemd]", set(DEFAULTS), set()),  # the Go chart's example: accepted, noted, not served
         ("[]", set(DEFAULTS), set()),
     ],
 )
@@ -398,7 +399,6 @@ def test_extra_flags_set_the_filters_we_implement() -> None:
         ("-collector.cpu", "only --collector.* and --no-collector.*"),
         ("--collector.cpuu", "unknown node_exporter collector"),
         ("--no-collector.nosuch", "unknown node_exporter collector"),
-        ("--collector.systemd", "not implemented by nvdaemon"),
         ("--collector.filesystem.mount-timeout=5s", "option flag not supported"),
         ("--collector.cpu=false", "option flag not supported"),
         ("--collector.diskstats.device-exclude=(", "not a valid regular expression"),

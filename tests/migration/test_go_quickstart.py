@@ -9,12 +9,14 @@ unset secret variable stops both commands with exit 2, naming the variable.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -139,6 +141,16 @@ def test_the_go_quickstart_runs_and_answers_on_loopback(tmp_path: Path) -> None:
 
 
 # --- the command line ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def root_logger_kept() -> Iterator[None]:
+    """``cli.main(["run", ...])`` sets up logging for a process: undo it, or later tests' caplog sees nothing."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from nvdaemon.sinks.nvsentinel import Reconciler
 from tests.nvsentinel.connector import FakeConnector
 
 NODE = "node-a"
-TOKEN = "tok-3f9a1c-secret"  # never to be seen in logs or /v1/state
+TOKEN = "tok-3f9a1c-secret"  # never to be seen in logs or /v1/status
 
 
 @pytest.fixture

@@ -1,6 +1,9 @@
-"""sinks.nvsentinel and the per-rule nvsentinel: block: defaults, overrides, and the errors a type cannot catch."""
+"""sinks.nvsentinel and the per-rule nvsentinel: block: defaults, overrides, the errors a type cannot catch, and the
+node name every HealthEvent carries (no hostname fallback inside a pod)."""
 
 from __future__ import annotations
+
+import socket
 
 import pytest
 
@@ -71,3 +74,26 @@ def test_errors(text: str, path: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(text, "t.yaml", env={})
     assert [i.path for i in info.value.issues] == [path]
+
+
+POD = {"KUBERNETES_SERVICE_HOST": "127.0.0.1"}
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "node"),
+    [
+        ("node: gpu-17\n", POD, "gpu-17"),
+        ("tiers: [core]\n", {**POD, "NODE_NAME": "gpu-18"}, "gpu-18"),
+        ("tiers: [core]\n", {}, socket.gethostname()),  # outside Kubernetes: the hostname
+    ],
+)
+def test_node_identity(text: str, env: dict[str, str], node: str) -> None:
+    assert parse_config(text, "c.yaml", env=env).node == node
+
+
+@pytest.mark.parametrize("env", [POD, {**POD, "NODE_NAME": ""}])
+def test_a_pod_without_node_name_is_a_config_error_naming_the_downward_api(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config("tiers: [core]\n", "c.yaml", env=env)
+    (issue,) = err.value.issues
+    assert issue.path == "node" and "spec.nodeName" in issue.message and "NODE_NAME" in issue.message

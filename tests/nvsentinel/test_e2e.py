@@ -4,6 +4,10 @@ platform-connector; assertions on the node condition an operator would see."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +17,7 @@ import pytest
 from tests.nvsentinel.conftest import TOKEN
 from tests.nvsentinel.connector import FakeConnector
 from tests.nvsentinel.e2e import agent_with_connector
-from tests.test_e2e import Agent, wait_for
+from tests.test_e2e import ROOT, Agent, events, wait_for
 
 CHECK = "NvdaemonCpuPackageHot"
 CONFIG = """
@@ -53,10 +57,10 @@ def test_fault_raises_node_condition_clear_flips_it_restart_keeps_state(setup: t
     faults = [e for e in connector.ok_events() if e.checkName == CHECK and not e.isHealthy]
     assert len(faults) == 1
 
-    sink = agent.state()["sinks"]["nvsentinel"]
+    sink = agent.status()["sinks"]["nvsentinel"]
     assert sink["socketPresent"] is True and sink["pending"] == 0
     assert {r["checkName"] for r in sink["reported"]} == {CHECK, "NvdaemonLoadHigh"}
-    assert TOKEN not in json.dumps(agent.state())
+    assert TOKEN not in json.dumps(agent.status())
     _, metrics = agent.get("/metrics")
     text = metrics.decode()
     assert 'nvsentinel_health_events_publisher_sends_success_total{monitor="nvdaemon"} 4.0' in text
@@ -89,3 +93,101 @@ def test_fault_raises_node_condition_clear_flips_it_restart_keeps_state(setup: t
     assert b"nvsentinel: raise NvdaemonCpuPackageHot" in log
     assert TOKEN.encode() not in log
     assert agent.stop()[0] == 0
+
+
+GPU_CONFIG = """
+node: fixture-node
+tiers: [core, gpu]
+intervalSeconds: 0.3
+stateDir: {state}
+shutdownGraceSeconds: 5
+gpu: {{backend: fake, fakeScenario: "{scenario}"}}
+sinks:
+  metrics: {{listenAddr: "127.0.0.1:{port}"}}
+  nvsentinel: {{enabled: true, socketPath: {socket}, tokenPath: {token}, retryInitialSeconds: 0.1}}
+"""
+LOST_CHECK = "NvdaemonGpuFallenOff"
+NVML = ROOT / "fixtures" / "nvml"
+
+
+@pytest.fixture
+def gpu_setup(tmp_path: Path) -> Iterator[tuple[Agent, FakeConnector]]:
+    yield from agent_with_connector(tmp_path, "healthy", GPU_CONFIG, scenario=NVML / "h100-8gpu-gpu5-lost-no-xid.json")
+
+
+def lost_status(connector: FakeConnector) -> str | None:
+    cond = connector.condition(LOST_CHECK)
+    return cond["status"] if cond else None
+
+
+def test_lost_gpu_condition_survives_a_restart_and_clears_when_the_gpu_answers(
+    gpu_setup: tuple[Agent, FakeConnector],
+) -> None:
+    agent, connector = gpu_setup
+    agent.start()
+    wait_for(lambda: lost_status(connector) == "True", "NvdaemonGpuFallenOff True")
+    cond = connector.condition(LOST_CHECK)
+    assert cond is not None and "Recommended Action=RESTART_BM;" in cond["message"]
+    (fault,) = [e for e in connector.ok_events() if e.checkName == LOST_CHECK and not e.isHealthy]
+    assert fault.isFatal and list(fault.errorCode) == ["GPU_FALLEN_OFF_BUS"] and fault.nodeName == "fixture-node"
+    assert {(e.entityType, e.entityValue) for e in fault.entitiesImpacted} == {
+        ("GPU", "5"),
+        ("GPU_UUID", "GPU-5a8b9d76-c2a7-4e5f-8b6d-0f1a2b3c4d56"),
+        ("PCI", "00000000:AB:00.0"),
+    }
+    xid = connector.condition("NvdaemonGpuXidError")  # no XID was ever raised: only its baseline
+    assert xid is not None and xid["status"] == "False"
+    assert agent.status()["sinks"]["nvsentinel"]["lostGpus"][0]["device"] == "gpu5"
+    assert agent.stop()[0] == 0
+
+    # Restart with the GPU still lost: it is seen lost again, and nothing new is sent.
+    sent = len(connector.ok_events())
+    agent.start()
+    wait_for(lambda: events(agent, "gpu_lost", "ENTER"), "gpu_lost in the restarted agent")
+    time.sleep(1.0)  # several ticks at 0.3 s
+    assert len(connector.ok_events()) == sent and lost_status(connector) == "True"
+    assert agent.stop()[0] == 0
+
+    # The node rebooted and the GPU answers again (the healthy scenario: the same GPUs): the fault clears.
+    agent.config.write_text(agent.config.read_text().replace("h100-8gpu-gpu5-lost-no-xid", "h100-8gpu-healthy"))
+    agent.start()
+    wait_for(lambda: lost_status(connector) == "False", "NvdaemonGpuFallenOff False")
+    clear = connector.ok_events()[-1]
+    assert clear.isHealthy and clear.checkName == LOST_CHECK and list(clear.errorCode) == ["GPU_FALLEN_OFF_BUS"]
+    assert {(e.entityType, e.entityValue) for e in clear.entitiesImpacted} == {
+        (e.entityType, e.entityValue) for e in fault.entitiesImpacted
+    }
+    assert agent.status()["sinks"]["nvsentinel"]["lostGpus"] == []
+    assert agent.stop()[0] == 0
+
+
+POD_CONFIG = "tiers: [core]\nstateDir: {state}\nsinks:\n  metrics: {{listenAddr: '127.0.0.1:0'}}\n"
+
+
+@pytest.mark.parametrize("command", ["run", "check-config"])
+def test_a_pod_without_node_name_does_not_start(tmp_path: Path, command: str) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(POD_CONFIG.format(state=tmp_path / "state"))
+    env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
+    env["KUBERNETES_SERVICE_HOST"] = "127.0.0.1"  # only read, never contacted
+    args = ["run", "--config", str(config)] if command == "run" else ["check-config", str(config)]
+    host = ["--host-root", str(ROOT / "fixtures" / "hosts" / "healthy")]
+    cmd = [sys.executable, "-m", "nvdaemon", *args, *host]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "node: not set and NODE_NAME is empty, inside Kubernetes" in done.stderr
+    assert "fieldRef: {fieldPath: spec.nodeName}" in done.stderr and "- name: NODE_NAME" in done.stderr
+    # The fix named in the error works: NODE_NAME from the downward API.
+    if command == "check-config":
+        env["NODE_NAME"] = "gpu-node-17"
+        ok = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60, check=False)
+        assert ok.returncode == 0 and "ok (node gpu-node-17," in ok.stdout
+
+
+def test_outside_kubernetes_the_hostname_stays_the_default(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(POD_CONFIG.format(state=tmp_path / "state"))
+    env = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "KUBERNETES_SERVICE_HOST")}
+    cmd = [sys.executable, "-m", "nvdaemon", "check-config", str(config)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60, check=False)
+    assert done.returncode == 0 and f"ok (node {socket.gethostname()}," in done.stdout

@@ -11,20 +11,29 @@ from hypothesis import strategies as st
 from nvdaemon.config import RuleNvsentinel
 from nvdaemon.engine import ActiveCondition
 from nvdaemon.sinks.nvsentinel_map import (
-    XID_ACTIONS,
     CheckSpec,
     Entity,
+    LostGpu,
     XidRecord,
     camel_case,
     component_class,
     default_check_name,
     entities_for,
     healthy_event,
+    lost_health,
     merge,
     plan,
     rule_health,
-    xid_action,
     xid_health,
+)
+from nvdaemon.sinks.nvsentinel_xid import (
+    UNSOURCED,
+    XID_ACTIONS,
+    XID_CATALOGUE,
+    XID_DESCRIPTIONS,
+    XID_SOURCES,
+    bucket_action,
+    xid_action,
 )
 
 
@@ -173,9 +182,11 @@ def test_rule_overrides() -> None:
 @pytest.mark.parametrize(
     ("xid", "action"),
     [
-        *[(x, "COMPONENT_RESET") for x in (48, 62, 64, 95, 119, 120)],
+        *[(x, "COMPONENT_RESET") for x in (48, 62, 64, 95, 119, 120, 140)],
         (79, "RESTART_BM"),
         *[(x, "NONE") for x in (13, 31, 43, 45, 63, 92, 94)],
+        (61, "CONTACT_SUPPORT"),  # catalogue bucket UNEXPECTED_ERR_REPORT_ISSUE
+        (74, "CONTACT_SUPPORT"),  # catalogue bucket WORKFLOW_NVLINK_ERR: no automatic action
         (9999, "CONTACT_SUPPORT"),
         (1, "CONTACT_SUPPORT"),
     ],
@@ -195,7 +206,65 @@ def test_xid_overrides_and_fatal_follows_action() -> None:
     assert xid_action(79, {"13": "NONE"}) == "RESTART_BM"
     h = xid_health(XidRecord(xid=48, device="gpu0", pci="0000:3b:00.0"), overrides={"48": "NONE"})
     assert not h.is_fatal
-    assert all(a in {"NONE", "COMPONENT_RESET", "RESTART_BM"} for a in XID_ACTIONS.values())
+    assert all(a in {"NONE", "COMPONENT_RESET", "RESTART_BM", "CONTACT_SUPPORT"} for a in XID_ACTIONS.values())
+
+
+def test_every_xid_entry_names_its_source_and_follows_its_bucket() -> None:
+    for xid, entry in XID_CATALOGUE.items():
+        assert entry.source in XID_SOURCES, xid
+        assert entry.description == XID_DESCRIPTIONS[xid]
+        if entry.source == UNSOURCED:  # cannot be sourced: a human looks, never an automatic reboot
+            assert entry.action == "CONTACT_SUPPORT", xid
+        elif entry.source == "nvidia-xid-catalogue":  # the action is the bucket's, as NVSentinel maps buckets
+            assert entry.action == bucket_action(entry.bucket), xid
+        else:  # non-fatal in the catalogue: no action of its own
+            assert entry.action == "NONE", xid
+    assert [x for x, e in XID_CATALOGUE.items() if e.source == UNSOURCED] == []
+    # what "not yet checked" became, from the catalogue's buckets
+    assert {x: XID_CATALOGUE[x].bucket for x in (61, 74, 140)} == {
+        61: "UNEXPECTED_ERR_REPORT_ISSUE",
+        74: "WORKFLOW_NVLINK_ERR",
+        140: "RESET_GPU",
+    }
+
+
+@pytest.mark.parametrize(
+    ("bucket", "action"),
+    [
+        ("RESTART_APP", "NONE"),
+        ("IGNORE", "NONE"),
+        ("RESET_GPU", "COMPONENT_RESET"),
+        ("WORKFLOW_XID_48", "COMPONENT_RESET"),
+        ("RESTART_BM", "RESTART_BM"),
+        ("UNEXPECTED_ERR_REPORT_ISSUE", "CONTACT_SUPPORT"),
+        ("WORKFLOW_NVLINK_ERR", "CONTACT_SUPPORT"),
+        ("CHECK_MECHANICALS", "CONTACT_SUPPORT"),
+    ],
+)
+def test_bucket_action(bucket: str, action: str) -> None:
+    assert bucket_action(bucket) == action
+
+
+def test_lost_gpu_is_fatal_restart_bm_with_the_gpu_entities() -> None:
+    rec = LostGpu("gpu5", pci="00000000:AB:00.0", uuid="GPU-5a", error="gpu5: GPU is lost")
+    h = lost_health(rec, strategy="STORE_ONLY")
+    assert (h.check_name, h.component_class, h.error_code) == ("NvdaemonGpuFallenOff", "GPU", ("GPU_FALLEN_OFF_BUS",))
+    assert (h.is_fatal, h.recommended_action, h.processing_strategy) == (True, "RESTART_BM", "STORE_ONLY")
+    assert h.entities == (Entity("GPU", "5"), Entity("GPU_UUID", "GPU-5a"), Entity("PCI", "00000000:AB:00.0"))
+    assert h.message == "gpu5 fell off the bus: gpu5: GPU is lost"
+    clear = healthy_event(h, agent="nvdaemon", node="n")
+    assert clear.is_healthy and clear.entities == h.entities and clear.error_code == h.error_code
+    # identity unknown (NVML could not say): the GPU index alone
+    assert lost_health(LostGpu("gpu2")).entities == (Entity("GPU", "2"),)
+
+
+def test_a_lost_gpu_answers_by_uuid_then_pci_then_index() -> None:
+    full = LostGpu("gpu5", pci="00000000:AB:00.0", uuid="GPU-5a")
+    assert full.answers("gpu4", "GPU-5a", "00000000:9A:00.0")  # moved index after a reboot: still the same GPU
+    assert not full.answers("gpu5", "GPU-other", "00000000:AB:00.0")  # another GPU now at that index
+    assert LostGpu("gpu5", pci="00000000:AB:00.0").answers("gpu1", "GPU-x", "00000000:AB:00.0")
+    assert LostGpu("gpu5").answers("gpu5", "GPU-x", "")
+    assert not LostGpu("gpu5").answers("gpu4", "GPU-x", "")
 
 
 def test_xid_entities_fall_back_to_the_device() -> None:

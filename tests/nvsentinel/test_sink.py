@@ -43,8 +43,9 @@ async def test_xid_events_from_the_bus_raise_the_gpu_condition(
         await agent.sync_sinks()
         sink = agent.sinks["nvsentinel"]
         assert isinstance(sink, NvsentinelHealthSink)
-        # The XID check gets its baseline (the gpu tier is configured with xid: true).
+        # The XID and lost-GPU checks get their baselines (the gpu tier is configured with xid: true).
         await wait_until(lambda: connector.condition("NvdaemonGpuXidError") is not None)
+        await wait_until(lambda: connector.condition("NvdaemonGpuFallenOff") is not None)
         before = cache.render()
         agent.bus.publish(
             Event(
@@ -69,7 +70,7 @@ async def test_xid_events_from_the_bus_raise_the_gpu_condition(
         fault = connector.ok_events()[-1]
         assert fault.recommendedAction == pb.COMPONENT_RESET and fault.isFatal and list(fault.errorCode) == ["48"]
         assert fault.componentClass == "GPU"
-        await wait_until(lambda: b'sends_success_total{monitor="nvdaemon"} 2.0' in cache.render())
+        await wait_until(lambda: b'sends_success_total{monitor="nvdaemon"} 3.0' in cache.render())
         assert cache.render() != before
         nursery.cancel_scope.cancel()
 

@@ -46,14 +46,14 @@ ENTER_DATA = {
     "phase": "ENTER",
     "severity": "critical",
     "seq": 42,
-    "started_at": "2024-12-02T11:48:43.456000Z",
+    "started_at": "2024-12-02T11:48:43.456Z",
     "detail": {"value": 3.0, "threshold": 0.0, "metric": "pcie_aer_fatal_total", "labels": {}},
 }
 EXIT_DATA = {
     **{k: v for k, v in ENTER_DATA.items() if k != "detail"},
     "id": "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c",
     "phase": "EXIT",
-    "ended_at": "2024-12-02T11:50:00.000000Z",
+    "ended_at": "2024-12-02T11:50:00Z",
     "detail": ENTER_DATA["detail"],
 }
 
@@ -61,7 +61,7 @@ EXIT_DATA = {
 @pytest.mark.parametrize("mode", ["structured", "binary"])
 @pytest.mark.parametrize(
     ("event", "time", "expected"),
-    [(ENTER, "2024-12-02T11:48:43.456000Z", ENTER_DATA), (EXIT, "2024-12-02T11:50:00.000000Z", EXIT_DATA)],
+    [(ENTER, "2024-12-02T11:48:43.456Z", ENTER_DATA), (EXIT, "2024-12-02T11:50:00Z", EXIT_DATA)],
 )
 def test_envelope_parses_with_the_sdk(
     mode: cloudevent.Mode, event: Event, time: str, expected: dict[str, object]

@@ -69,7 +69,7 @@ def test_sigkill_with_a_backlog_then_restart_delivers_everything_in_order(
         agent.start()
 
         def spooled() -> list[str] | None:
-            state = agent.state()
+            state = agent.status()
             ids = [e["id"] for e in state["recentEvents"]]
             s = state["sinks"].get(sink, {})
             ok = len(ids) >= 4 and s.get("backlog") == len(ids) and s.get("lastError", "").startswith("ConnectError")
@@ -88,7 +88,7 @@ def test_sigkill_with_a_backlog_then_restart_delivers_everything_in_order(
         rx.start()
         agent.start()
         wait_for(lambda: set(pending) <= set(rx.ids()), "the backlog delivered after the restart", timeout=30)
-        wait_for(lambda: agent.state()["sinks"][sink]["backlog"] == 0, "backlog 0")
+        wait_for(lambda: agent.status()["sinks"][sink]["backlog"] == 0, "backlog 0")
         # The load falls: load_high EXITs (exitFor 2), delivered live.
         (host / "proc" / "loadavg").write_text("0.50 0.40 0.30 2/1310 223344\n")
         wait_for(lambda: any(r.data and r.data["phase"] == "EXIT" for r in rx.received), "load_high EXIT delivered")

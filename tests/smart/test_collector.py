@@ -149,7 +149,7 @@ def test_samples_match_the_recordings(standin: Standin) -> None:
         info = got["smart_device_info", device]
         assert (info.value, info.kind, dict(info.labels)) == (1.0, G, identity)
     assert {name: st.readable for name, st in c.status.items()} == dict.fromkeys(DEVICES, True)
-    # /v1/state names each disk read this cycle.
+    # /v1/status names each disk read this cycle.
     identity = {"model": HDD["model"], "serial": HDD["serial"], "interface": "sat"}
     assert c.detail()["devices"]["sdb"] == {"state": "ok", "readable": True, "parseErrors": 0, **identity}
 

@@ -61,13 +61,13 @@ def test_smart_tier_end_to_end(agent: Agent, tmp_path: Path) -> None:
     agent.start()
     active = wait_for(
         lambda: (
-            {(c["device"], c["condition"], c["severity"]) for c in agent.state()["conditions"]} >= FIRING
-            and agent.state()["conditions"]
+            {(c["device"], c["condition"], c["severity"]) for c in agent.status()["conditions"]} >= FIRING
+            and agent.status()["conditions"]
         ),
         "the default SMART rules to ENTER",
     )
     assert {(c["device"], c["condition"], c["severity"]) for c in active} - FIRING == set()
-    state = agent.state()
+    state = agent.status()
     smart = state["tiers"]["smart"]
     assert smart["intervalSeconds"] == 0.4
     detail = smart["collectors"]["smart"]["detail"]
@@ -89,7 +89,7 @@ def test_smart_tier_end_to_end(agent: Agent, tmp_path: Path) -> None:
     assert "# TYPE smartctl_device_power_on_seconds counter" in text
     assert 'smartctl_device_smart_status{device="nvme1"} 0\n' in text
     # Several smart cycles later the unreadable disk has been logged exactly once.
-    wait_for(lambda: agent.state()["tiers"]["smart"]["collectors"]["smart"]["errorTotal"] >= 4, "4 smart cycles")
+    wait_for(lambda: agent.status()["tiers"]["smart"]["collectors"]["smart"]["errorTotal"] >= 4, "4 smart cycles")
     log = (tmp_path / "agent.log").read_text()
     assert log.count("SMART: sda is unreadable") == 1, log
     promtool = shutil.which("promtool")

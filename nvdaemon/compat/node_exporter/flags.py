@@ -2,8 +2,10 @@
 
 The Go agent passes them to the node_exporter it embeds and accepts only flags starting ``--collector.`` or
 ``--no-collector.``. Here they become ``nodeExporter.collectors`` entries and, for the per-collector filters we
-implement, the matching ``nodeExporter.<collector>.<key>`` values. A flag we cannot honour is an error at its key
-path, never silently dropped: the operator asked for something.
+implement, the matching ``nodeExporter.<collector>.<key>`` values. An unknown collector or an option flag we do not
+implement is an error at its key path. Turning on a node_exporter collector we do not implement (the Go chart's own
+example is ``--collector.systemd``) is accepted with a note, so a migrated config still starts; its families are
+simply absent, and the note (logged at start, printed by ``check-config``) says so.
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ def node_exporter_flags(flags: list[Any], ne: dict[str, Any]) -> tuple[list[Conf
             disable_defaults = True
         elif not on and not eq and name in NOT_IMPLEMENTED:
             notes.append(f"{path}: node_exporter's {name} collector is not implemented here, so it is off anyway")
+        elif on and not eq and name in NOT_IMPLEMENTED:
+            notes.append(
+                f"{path}: node_exporter's {name} collector is not implemented here: its node_{name}_* families are "
+                "absent (the rest of the surface is served)"
+            )
         elif eq or "." in name or name not in DEFAULTS:
             issues.append(ConfigIssue(path, _unsupported(name, eq != "")))
         else:
@@ -88,6 +95,4 @@ def _unsupported(name: str, has_value: bool) -> str:
     if "." in name or has_value:
         known = ", ".join(f"--collector.{o}=" for o in OPTIONS)
         return f"node_exporter option flag not supported (supported: {known}; or set nodeExporter.* keys)"
-    if name in NOT_IMPLEMENTED:
-        return f"node_exporter's {name} collector is not implemented by nvdaemon"
     return f"unknown node_exporter collector {name!r} (known: {', '.join(sorted(DEFAULTS))})"

@@ -18,11 +18,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nvdaemon.collectors.base import NotPresent, ParseError
+from nvdaemon.collectors.base import NotPresent, ParseError, read_bounded
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
 
 CANDIDATES = ("/etc/os-release", "/usr/lib/os-release")
+OS_RELEASE_MAX = 64 * 1024  # a few hundred bytes in practice
 INFO_HELP = (
     "A metric with a constant '1' value labeled by build_id, id, id_like, image_id, image_version, "
     "name, pretty_name, variant, variant_id, version, version_codename, version_id."
@@ -168,13 +169,13 @@ class OSRelease:
 
     def update(self, path: Path) -> None:
         """Re-read ``path`` unless it is the cached file, unchanged; FileNotFoundError when it is absent."""
-        with open(path, "rb") as f:
-            mtime = os.fstat(f.fileno()).st_mtime_ns
-            if str(path) == self.path and mtime == self.mtime_ns:
-                return
-            self.path, self.mtime_ns = str(path), mtime
-            self.fields = {}  # what node_exporter keeps when the parse below fails
-            self.fields = parse_os_release(f.read())
+        mtime = os.stat(path).st_mtime_ns
+        if str(path) == self.path and mtime == self.mtime_ns:
+            return
+        data = read_bounded(path, OS_RELEASE_MAX)
+        self.path, self.mtime_ns = str(path), mtime
+        self.fields = {}  # what node_exporter keeps when the parse below fails
+        self.fields = parse_os_release(data)
         self.version = major_minor(self.fields.get("VERSION_ID", ""))
 
 

@@ -83,7 +83,7 @@ class NodeExporterCollector(Collector):
             log.debug("node_exporter collector %s: no data: %s", self.node_name, exc)
         except Exception as exc:
             errors.append(describe(exc))
-        return Gathered(NodeResult(out, success), errors)
+        return Gathered(NodeResult(out, success), ctx.errors + errors)
 
     def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
         result: NodeResult = gathered.data

@@ -9,6 +9,10 @@ that other series of their family have get it with an empty value. A family repe
 when HELP and TYPE agree; otherwise the later file's copy is dropped (node_exporter's registry refuses it).
 Collisions with families the agent exports are resolved by ``surface._merge_textfile``.
 
+Each file is read up to ``nodeExporter.textfileMaxBytes``; a larger one, or one that is not a regular file (a FIFO
+would block the read), is skipped like a file that does not parse, and is also listed as an error of the agent's
+``node_exporter.textfile`` collector (node_exporter has no such cap, so its scrape_error alone would not say why).
+
 Summaries and histograms keep their type: ``x{quantile}``, ``x_sum``, ``x_count``, and ``x_bucket{le}`` with the
 ``+Inf`` bucket Go's encoder adds when a file leaves it out.
 """
@@ -20,8 +24,9 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from nvdaemon.collectors.base import ParseError
+from nvdaemon.collectors.base import FileTooLarge, NotRegularFile, ParseError, read_bounded
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType, gauge, go_float
 from nvdaemon.compat.node_exporter.goparse import parse_float
@@ -285,18 +290,21 @@ def _trunc_seconds(ns: int) -> float:
     return float(ns // 1_000_000_000 if ns >= 0 else -((-ns) // 1_000_000_000))
 
 
-def _read_file(path: str) -> tuple[dict[str, TextFamily], float]:
+def _read_file(path: str, limit: int) -> tuple[dict[str, TextFamily], float]:
     """A file's families and mtime. A directory named ``*.prom`` reads as an empty file: node_exporter's parser
     takes the read error it meets at the start of the first line for the end of the input."""
     try:
-        with open(path, "rb") as f:
-            return parse_text(f.read()), _trunc_seconds(os.fstat(f.fileno()).st_mtime_ns)
+        data = read_bounded(Path(path), limit)
     except IsADirectoryError:
         return {}, _trunc_seconds(os.stat(path).st_mtime_ns)
+    return parse_text(data), _trunc_seconds(os.stat(path).st_mtime_ns)
 
 
-def read_directory(pattern: str) -> tuple[list[tuple[str, dict[str, TextFamily], float]], bool]:
-    """(path, families, mtime) per ``*.prom`` file read, and whether anything failed on the way."""
+def read_directory(
+    pattern: str, limit: int = 4 << 20, refused: list[str] | None = None
+) -> tuple[list[tuple[str, dict[str, TextFamily], float]], bool]:
+    """(path, families, mtime) per ``*.prom`` file read, and whether anything failed on the way; files over
+    ``limit`` bytes or not regular files are also described in ``refused``."""
     errored = False
     dirs = sorted(glob.glob(pattern, include_hidden=True)) if pattern else []
     read: list[tuple[str, dict[str, TextFamily], float]] = []
@@ -311,7 +319,12 @@ def read_directory(pattern: str) -> tuple[list[tuple[str, dict[str, TextFamily],
                 continue
             path = go_clean(os.path.join(directory, name))
             try:
-                families, mtime = _read_file(path)
+                families, mtime = _read_file(path, limit)
+            except (FileTooLarge, NotRegularFile) as exc:
+                errored = True
+                if refused is not None:
+                    refused.append(f"textfile {path}: {exc.strerror}")
+                continue
             except (OSError, ParseError):
                 errored = True
                 continue
@@ -357,7 +370,8 @@ def convert(fam: TextFamily, help: str) -> Family:
 
 
 def collect(ctx: NodeContext, out: list[Family]) -> None:
-    read, errored = read_directory(ctx.options.textfile_directory)
+    options = ctx.options
+    read, errored = read_directory(options.textfile_directory, options.textfile_max_bytes, ctx.errors)
     files_of: dict[str, list[str]] = {}
     for path, families, _ in read:
         for name in families:

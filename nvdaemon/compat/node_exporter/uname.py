@@ -13,7 +13,9 @@ import ctypes
 import ctypes.util
 import os
 from functools import lru_cache
+from pathlib import Path
 
+from nvdaemon.collectors.base import SYSFS_ATTR_MAX, read_bounded
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
 
@@ -52,8 +54,7 @@ def read_uname() -> dict[str, str]:
             raise OSError(err, os.strerror(err))
         return {name: _decode(getattr(buf, name)) for name in FIELDS}
     u = os.uname()
-    with open("/proc/sys/kernel/domainname", encoding="utf-8", errors="replace") as f:
-        domain = f.read().rstrip("\n")
+    domain = read_bounded(Path("/proc/sys/kernel/domainname"), SYSFS_ATTR_MAX).decode(errors="replace").rstrip("\n")
     return {
         "sysname": u.sysname,
         "nodename": u.nodename,

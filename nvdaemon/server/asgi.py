@@ -1,0 +1,113 @@
+"""What sits between hypercorn (0.17-0.18, trio worker) and the quart-trio app: the probes' fast path, a bound on
+requests worked on at once, and two corrections to how hypercorn and quart-trio behave together.
+
+**Probes first** (``front``). Under load every request waits, at each of its task switches (accept, the connection
+task, its read, the app task, quart's two tasks per request), for one pass of trio's scheduler over every other
+runnable task; with 500 keep-alive clients hammering /metrics a pass was several hundred ms and /healthz took 4 s.
+So ``/healthz`` and ``/readyz`` are answered in the app task, before quart (fewer switches), and every other HTTP
+request first takes one of ``WORK_SLOTS`` slots until its response starts: the rest wait parked (no cost to a
+pass), a pass stays short, and a probe gets through within a few short passes. The slot is released when the
+response starts, so a client that reads slowly cannot hold one (its send is bounded by TCP_USER_TIMEOUT).
+
+**The idle timer and ``Connection: close``** (the final send is shielded). Hypercorn does its per-connection bookkeeping
+inside the application's last ``send`` (the ``http.response.body`` with ``more_body`` false), in the app's task:
+``HTTPStream._send_closed`` -> ``H11Protocol._maybe_recycle``, which first hands the app ``http.disconnect``, then
+either starts the next keep-alive cycle and restarts the idle timer (``TCPServer.idle_task.restart``, which is what
+closes an idle connection after ``keep_alive_timeout`` and cuts a client that dribbles the *next* request's
+headers), or, when either side said ``Connection: close``, closes the socket. quart-trio's per-request nursery
+cancels itself as soon as its ``handle_messages`` task receives that ``http.disconnect``; the cancellation lands at
+the next checkpoint of the same ``send`` (the idle timer's lock, or ``send_eof``), so the timer was never restarted
+and the close never happened: after one request a connection lived for ever. Shielding that one final ``send``
+lets hypercorn finish; it cannot hang, because the only blocking part, writing to the socket, is already shielded by
+hypercorn and bounded by TCP_USER_TIMEOUT (``nvdaemon/server/listen.py``).
+
+**Inbound websocket messages** (``BoundedWSStream``). Hypercorn enforces ``websocket_max_message_size`` in
+``WebsocketBuffer.extend``, *after* appending each fragment, and after sending close 1009 it keeps the connection,
+the running app and the buffer: a client that keeps sending fragments grows it without bound. The subclass tears
+the connection down right after the 1009 and drops the buffer, so at most the cap plus one socket read (64 KiB) is
+ever held. It also removes ``Sec-WebSocket-Extensions`` from the handshake: permessage-deflate would inflate a small
+compressed frame into megabytes before any size check, and the stream's small JSON messages do not need it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import hypercorn.protocol.h2
+import hypercorn.protocol.h11
+import trio
+from hypercorn.protocol.events import Event, Request, StreamClosed
+from hypercorn.protocol.ws_stream import WSStream
+
+ASGIApp = Any  # an ASGI 3 callable: (scope, receive, send) -> None
+
+
+WORK_SLOTS = 16  # HTTP requests (other than the probes) between arrival and the start of their response
+Probe = Callable[[str], "tuple[int, bytes] | None"]  # path -> (status, JSON body); None: not a probe path
+
+
+def front(app: ASGIApp, probe: Probe) -> ASGIApp:
+    """``app`` behind the probes' fast path and the work slots, with the last ``send`` of every HTTP response
+    shielded from the request's own cancellation."""
+    slots = trio.Semaphore(WORK_SLOTS)
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        if scope["method"] in ("GET", "HEAD") and (answer := probe(scope["path"])) is not None:
+            status, body = answer
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            with trio.CancelScope(shield=True):
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        holding = False
+
+        def release() -> None:
+            nonlocal holding
+            if holding:
+                holding = False
+                slots.release()
+
+        async def send_guarded(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                release()
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                with trio.CancelScope(shield=True):
+                    await send(message)
+            else:
+                await send(message)
+
+        await slots.acquire()
+        holding = True
+        try:
+            await app(scope, receive, send_guarded)
+        finally:
+            release()
+
+    return wrapped
+
+
+class BoundedWSStream(WSStream):
+    async def handle(self, event: Event) -> None:
+        if isinstance(event, Request):
+            headers = [(k, v) for k, v in event.headers if k.lower() != b"sec-websocket-extensions"]
+            event = dataclasses.replace(event, headers=headers)
+        await super().handle(event)
+
+    async def _handle_events(self) -> None:
+        await super()._handle_events()
+        if self.buffer.length > self.buffer.max_length and not self.closed:
+            # hypercorn has just queued close 1009 (MESSAGE_TOO_BIG); end the connection instead of reading on.
+            self.buffer.clear()
+            await self.send(StreamClosed(stream_id=self.stream_id))
+
+
+def install() -> None:
+    """Make hypercorn's HTTP/1.1 and HTTP/2 protocols create ``BoundedWSStream`` for websocket upgrades. Idempotent;
+    hypercorn offers no hook for its stream class, so the module attribute it looks the class up by is replaced."""
+    for module in (hypercorn.protocol.h11, hypercorn.protocol.h2):
+        setattr(module, "WSStream", BoundedWSStream)  # noqa: B010 (not a re-export mypy should see)

@@ -1,0 +1,167 @@
+"""Connection lifetimes on a real server in process: idle keep-alive connections close, ``Connection: close`` is
+honoured, every request's head is bounded in time (not only the first), and the connection cap leaves the probes
+answering while every slot is held."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from quart_trio import QuartTrio
+
+from nvdaemon.app import Agent
+from nvdaemon.server import app as server_app
+from nvdaemon.server.accept import PROBE_LANE, AcceptErrors, Gate, accept_loop
+from nvdaemon.server.asgi import WORK_SLOTS
+from tests.server.raw import Conn, make_agent, serving
+
+DEADLINE = 15  # seconds before a test gives up on an expected close; never a measured duration
+
+
+async def test_idle_keep_alive_connection_is_closed_after_a_response(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, "{idleTimeoutSeconds: 1, headerTimeoutSeconds: 30}")
+    async with serving(agent) as (host, port):
+        conn = await Conn.open(host, port)
+        for _ in range(2):  # still a keep-alive connection after the first response
+            status, headers, _ = await conn.get("/readyz")
+            assert status == 503 and headers.get("connection", "") != "close"
+        with trio.fail_after(DEADLINE):
+            assert await conn.closed_by_server() == b""
+
+
+@pytest.mark.parametrize(
+    ("headers", "version"), [("Connection: close\r\n", "1.1"), ("", "1.0")], ids=["connection-close", "http-1.0"]
+)
+async def test_connection_close_is_honoured(tmp_path: Path, headers: str, version: str) -> None:
+    agent = make_agent(tmp_path, "{idleTimeoutSeconds: 60, headerTimeoutSeconds: 60}")
+    async with serving(agent) as (host, port):
+        conn = await Conn.open(host, port)
+        status, _, body = await conn.get("/readyz", headers, version)
+        assert status == 503 and json.loads(body)["status"] == "starting"
+        with trio.fail_after(DEADLINE):  # long before the 60 s timers
+            assert await conn.closed_by_server() == b""
+
+
+async def test_slow_second_request_head_is_cut_off(tmp_path: Path) -> None:
+    agent = make_agent(tmp_path, "{headerTimeoutSeconds: 1, idleTimeoutSeconds: 60}")
+    async with serving(agent) as (host, port):
+        conn = await Conn.open(host, port)
+        assert (await conn.get("/readyz"))[0] == 503
+        await conn.send(b"GET /readyz HTTP/1.1\r\nHost: x\r\n")  # the second head never completes
+        with trio.fail_after(DEADLINE):
+            assert await conn.closed_by_server() == b""
+
+
+async def test_connection_cap_answers_probes_and_refuses_the_rest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = make_agent(tmp_path, "{maxConnections: 3, headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
+    caplog.set_level(logging.WARNING, logger="nvdaemon.server.accept")
+    async with serving(agent) as (host, port):
+        held = [await Conn.open(host, port) for _ in range(3)]
+        for conn in held:  # served (so surely accepted), then kept open
+            assert (await conn.get("/readyz"))[0] == 503
+        with trio.fail_after(DEADLINE):
+            probe = await Conn.open(host, port)
+            status, headers, body = await probe.get("/healthz")
+            assert status in (200, 503) and "problems" in json.loads(body)
+            assert headers["connection"] == "close"
+            other = await Conn.open(host, port)
+            status, _, body = await other.get("/metrics")
+            assert status == 503 and json.loads(body) == {"error": "too many connections"}
+            assert await other.closed_by_server() == b""
+        # A slot frees when a held connection goes: /metrics is served again.
+        await held.pop().aclose()
+        with trio.fail_after(DEADLINE):
+            while True:
+                conn = await Conn.open(host, port)
+                status, _, body = await conn.get("/metrics")
+                if status == 200:
+                    break
+                await conn.aclose()
+                await trio.sleep(0.05)
+        assert b"nodevitals_" in body
+        messages = [r.getMessage() for r in caplog.records if r.name == "nvdaemon.server.accept"]
+        assert sum("connection cap 3 reached" in m for m in messages) == 1  # once, not per refused connection
+        assert any("below the cap again" in m for m in messages)
+        for c in [*held, conn, probe]:
+            await c.aclose()
+
+
+class FlakyListener:
+    """accept() fails with EMFILE ``failures`` times, then blocks for ever."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def accept(self) -> list[trio.SocketStream]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise OSError(24, "Too many open files")
+        await trio.sleep_forever()
+        raise AssertionError
+
+
+async def test_accept_out_of_descriptors_is_logged_once_per_burst(
+    caplog: pytest.LogCaptureFixture, autojump_clock: trio.testing.MockClock
+) -> None:
+    listener = FlakyListener(failures=50)
+    errors = AcceptErrors()
+
+    async def never(stream: trio.SocketStream) -> None:
+        raise AssertionError("nothing was accepted")
+
+    with caplog.at_level(logging.WARNING, logger="nvdaemon.server.accept"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(accept_loop, listener, Gate(cap=1), errors, nursery, never, never)
+            await trio.sleep(60)
+            nursery.cancel_scope.cancel()
+    assert listener.calls == 51  # it kept retrying, with a pause between tries
+    assert errors.total == 50
+    failures = [r for r in caplog.records if "accept failed" in r.getMessage()]
+    assert len(failures) == 1 and "Too many open files" in failures[0].getMessage()
+    assert PROBE_LANE > 0
+
+
+async def test_probes_answer_while_every_work_slot_is_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests other than the probes take one of WORK_SLOTS until their response starts (so a pass of the
+    scheduler stays short under load); the probes never wait for one."""
+    release = trio.Event()
+    real_build_app = server_app.build_app
+
+    def build_app_with_a_stuck_route(agent: Agent) -> QuartTrio:
+        app = real_build_app(agent)
+
+        @app.get("/v1/stuck")
+        async def stuck() -> str:
+            await release.wait()
+            return "done"
+
+        return app
+
+    monkeypatch.setattr(server_app, "build_app", build_app_with_a_stuck_route)
+    agent = make_agent(tmp_path, "{headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
+    async with serving(agent) as (host, port):
+        stuck = [await Conn.open(host, port) for _ in range(WORK_SLOTS)]
+        for conn in stuck:
+            await conn.send(b"GET /v1/stuck HTTP/1.1\r\nHost: x\r\n\r\n")
+        waiting = await Conn.open(host, port)
+        await waiting.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        with trio.fail_after(DEADLINE):
+            for path in ("/healthz", "/readyz"):
+                probe = await Conn.open(host, port)
+                status, _, body = await probe.get(path)
+                assert status in (200, 503) and "status" in json.loads(body)
+        with trio.move_on_after(0.5):
+            await waiting.response()
+            raise AssertionError("/metrics was answered while every work slot was held")
+        release.set()
+        with trio.fail_after(DEADLINE):
+            assert (await waiting.response())[0] == 200
+            for conn in stuck:
+                assert (await conn.response())[2] == b"done"
