@@ -247,6 +247,18 @@ class Stack:
             self._toggler.join(5)
             self._toggler = None
 
+    def wait_settled_low(self) -> None:
+        """Until the agent has read the low load and NVSentinel acknowledged the clear (nothing pending)."""
+
+        def settled() -> bool:
+            text = self.agent.get("/metrics")[1].decode()
+            return (
+                f'nodevitals_hw_load1{{device="cpu",node="{NODE}",tier="core"}} {LOW_LOAD.split(maxsplit=1)[0]}' in text
+                and 'nodevitals_nvsentinel_pending{monitor="nvdaemon"} 0.0' in text
+            )
+
+        poll(settled, "load low and no NVSentinel difference pending")
+
     def connector_away(self) -> None:
         """The platform-connector gone, its socket with it."""
         self.connector.stop()
