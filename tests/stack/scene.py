@@ -39,7 +39,7 @@ NAMESPACE = helm.NAMESPACE
 POD = "nv-nvdaemon-agent-s7k2p"
 GPU_POD = "nv-nvdaemon-gpu-q4x9m"
 ERROR_WINDOW = "10s"
-SMART_INTERVAL = 0.5
+SMART_INTERVAL = 1.0  # 3 intervals (the stuck rule) leave room for a slow tick on a busy machine
 HIGH_LOAD, LOW_LOAD = "24.51 20.10 18.00 9/1024 123456\n", "0.52 0.61 0.58 2/1024 123456\n"
 
 # (device, recorded text, healthy text) replacements that make the faulty recordings healthy.
