@@ -35,11 +35,14 @@ SOAK_SECONDS ?= 600
 soak: $(STAMP)
 	SOAK_SECONDS=$(SOAK_SECONDS) $(BIN)/python -m bench.soak
 
-# NVSentinel stubs, committed; the -I mapping makes them importable as nvdaemon.proto.health_event_pb2.
-# tests/nvsentinel/test_proto.py runs the same command and fails when the committed files differ.
+# NVSentinel and kubelet pod-resources stubs, committed; the -I mapping makes them importable as
+# nvdaemon.proto.health_event_pb2 and nvdaemon.proto.podresources_pb2. tests/nvsentinel/test_proto.py and
+# tests/podres/test_proto.py run the same command and fail when the committed files differ.
 proto: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -Invdaemon/proto=protos --python_out=. --pyi_out=. --grpc_python_out=. \
 		nvdaemon/proto/health_event.proto
+	$(BIN)/python -m grpc_tools.protoc -Invdaemon/proto=protos --python_out=. --pyi_out=. --grpc_python_out=. \
+		nvdaemon/proto/podresources.proto
 
 # Supply chain (SECURITY.md). `make lock` regenerates the hash-locked runtime and build sets the Dockerfile installs
 # from; run it after changing [project].dependencies or [build-system].requires (tests/deploy/test_lock.py checks they

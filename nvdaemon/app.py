@@ -32,6 +32,7 @@ from nvdaemon.compat.node_exporter import TABLE as NODE_EXPORTER_TABLE
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
 from nvdaemon.config import ConfigError, LoadedConfig
 from nvdaemon.gpu import GpuRuntime, close_gpu, open_gpu
+from nvdaemon.gpu.podresources import sync_podresources
 from nvdaemon.gpu.xid import TASK_NAME as XID_TASK
 from nvdaemon.gpu.xid import serve_xid
 from nvdaemon.history.service import HistorySink
@@ -196,6 +197,7 @@ class Agent:
                 node=self.node,
                 now=snap.collected_at,
                 new_id=new_event_id,
+                pods=self.gpu.pods_of_device if self.gpu is not None and snap.tier == "gpu" else None,
             )
         )
         if isinstance(history := self.sinks.get("history"), HistorySink):
@@ -231,6 +233,7 @@ class Agent:
             )
         if self.gpu is not None and self.loaded.config.gpu.xid:
             await sup.start(XID_TASK, serve_xid, self, fingerprint=XID_TASK)
+        await sync_podresources(self)  # GPU pod attribution (dcgmCompat.podAttribution)
 
     async def sync_sinks(self) -> None:
         """Start sinks the config asks for; keep unchanged ones running; replace changed ones; stop removed ones."""
@@ -318,6 +321,7 @@ class Agent:
             running = sup.tasks.get(name)
             if running is None or running.fingerprint != self.tier_fingerprint(tier):
                 await sup.start(name, serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier))
+        await sync_podresources(self)  # GPU pod attribution: started, stopped or re-targeted with the config
         await self.restart_http(self._take_reserved_http())
 
     def _take_reserved_http(self) -> list[socket.socket] | None:

@@ -187,6 +187,15 @@ class Toggle(_Section):
     enabled: bool = False
 
 
+class DcgmCompatConfig(_Section):
+    """The dcgm-exporter surface, and which pod holds each GPU (the kubelet's pod-resources API, gpu/podresources)."""
+
+    enabled: bool = False
+    pod_attribution: bool = False  # container/namespace/pod labels on DCGM_FI_* and detail.pods on GPU events
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    pod_resources_timeout_seconds: Seconds = 5.0  # per List call; a slower kubelet turns attribution off that tick
+
+
 # node_exporter's defaults for its most used per-collector filters (regular expressions, Python syntax).
 NODE_DISKSTATS_EXCLUDE = r"^(ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p)\d+$"
 NODE_MOUNT_POINTS_EXCLUDE = r"^/(dev|proc|run/credentials/.+|sys|var/lib/docker/.+|var/lib/containers/storage/.+)($|/)"
@@ -254,7 +263,7 @@ class Config(_Section):
     sinks: Sinks = msgspec.field(default_factory=Sinks)
     history: HistoryConfig = msgspec.field(default_factory=HistoryConfig)
     node_exporter: NodeExporterConfig = msgspec.field(default_factory=NodeExporterConfig)
-    dcgm_compat: Toggle = msgspec.field(default_factory=Toggle)
+    dcgm_compat: DcgmCompatConfig = msgspec.field(default_factory=DcgmCompatConfig)
     smartctl_compat: Toggle = msgspec.field(default_factory=Toggle)
 
 

@@ -27,6 +27,7 @@ SeriesKey = tuple[str, str, str, Labels]
 """(rule key, metric, device, labels)."""
 
 IdFactory = Callable[[float], str]
+PodsOf = Callable[[str], list[dict[str, str]] | None]
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt,
@@ -87,6 +88,9 @@ class ActiveCondition(msgspec.Struct):
     value: float
     last_seen: float
     stale: bool = False
+    # Holders of the GPU when the condition ENTERed (pod attribution, gpu tier only): its EXIT names them too, after
+    # a restart as well. None: attribution off or not a GPU.
+    pods: list[dict[str, str]] | None = None
 
 
 @dataclass
@@ -126,6 +130,8 @@ def _event(
         "labels": dict(cond.labels),
         **extra,
     }
+    if cond.pods is not None:
+        detail["pods"] = [dict(p) for p in cond.pods]
     return Event(
         id=new_id(now),
         node=node,
@@ -150,8 +156,11 @@ def evaluate(
     node: str,
     now: float,
     new_id: IdFactory,
+    pods: PodsOf | None = None,
 ) -> list[Event]:
-    """Feed one tick of ``tier``'s samples through the rules; update ``state`` in place; return the transitions."""
+    """Feed one tick of ``tier``'s samples through the rules; update ``state`` in place; return the transitions.
+
+    ``pods(device)``: the holders an ENTER on ``device`` records (GPU pod attribution), None when unknown."""
     events: list[Event] = []
     seen: set[SeriesKey] = set()
     for sample in samples:
@@ -200,6 +209,7 @@ def evaluate(
                     enter_id="",
                     value=value,
                     last_seen=now,
+                    pods=pods(sample.device) if pods is not None else None,
                 )
                 ev = _event(state, cond, Phase.ENTER, node, now, new_id)
                 cond.enter_id = ev.id

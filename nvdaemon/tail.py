@@ -88,6 +88,9 @@ def format_line(envelope: dict[str, Any], colour: bool) -> str:
         what = f"value={_number(detail.get('value'))} threshold={_number(detail.get('threshold'))}"
         if detail.get("reason"):
             what += f" reason={detail['reason']}"
+    pods = detail.get("pods")
+    if isinstance(pods, list) and pods:  # GPU pod attribution: who held the GPU
+        what += " pods=" + ",".join(f"{p.get('namespace')}/{p.get('pod')}/{p.get('container')}" for p in pods)
     # The envelope's time is the transition's (RFC 3339, UTC): data's ended_at on an EXIT, else its started_at.
     stamp = str(envelope.get("time") or ev.get("ended_at") or ev.get("started_at") or "?")
     sev = f"{severity:<8}"

@@ -91,7 +91,7 @@ async def test_state_is_the_go_sample_array(tmp_path: Path) -> None:
         [("node", "n1"), ("tier", "core"), ("device", "cpu"), ("metric", "load1"), ("value", 3.5),
          ("timestamp", "1970-01-01T00:00:01Z")],
         [("node", "n1"), ("tier", "core"), ("device", "io"), ("metric", "psi_stall_seconds_total"),
-         ("kind", "counter"), ("value", 12.5), ("labels", [("kind", "some")]), ("timestamp", "1970-01-01T00:00:01Z")],
+         ("kind", "counter"), ("value", 12.5), ("labels", [("share", "some")]), ("timestamp", "1970-01-01T00:00:01Z")],
         [("node", "n1"), ("tier", "gpu"), ("device", "gpu0"), ("metric", "gpu_temperature_celsius"), ("value", 61.0),
          ("labels", [("gpu_uuid", "GPU-0")]), ("timestamp", "1970-01-01T00:00:02.25Z")],
         [("node", "n1"), ("tier", "gpu"), ("device", "gpu0"), ("metric", "gpu_power_watts"), ("value", None),

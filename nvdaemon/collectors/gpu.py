@@ -15,7 +15,7 @@ emits only the set ones) so that a rule on it sees the reason clear and EXITs in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent
 from nvdaemon.model import Kind, Sample, make_labels
@@ -124,6 +124,11 @@ class GpuCollector(Collector):
             results.append(snap)
             errors.extend(snap.errors)
         return Gathered(results, errors)
+
+    def detail(self) -> dict[str, Any]:
+        """Pod attribution's state (``dcgmCompat.podAttribution``), when it runs."""
+        pa = self.runtime.pod_attribution if self.runtime is not None else None
+        return {"podAttribution": pa.status()} if pa is not None else {}
 
     def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
         rt = self.runtime

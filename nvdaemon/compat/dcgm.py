@@ -6,6 +6,13 @@ units (framebuffer MiB, energy mJ, power W), its identity labels in its order (`
 ``device="nvidia<N>"``, ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``) and its value formatting (integer
 fields as integers, power as ``%f``). A field the hardware cannot answer reads 0, as dcgm-exporter reports it.
 
+Pod attribution (``dcgmCompat.podAttribution``, ``nvdaemon/gpu/podresources.py``): the series of a GPU a
+container holds also carry ``container``, ``namespace`` and ``pod``, as dcgm-exporter 4.5.3-4.8.2 does in its
+``--kubernetes`` mode: after its labels, among its other attributes in name order (so ``DCGM_FI_DEV_XID_ERRORS`` has
+``container, err_code, err_msg, namespace, pod``), one series per GPU naming the last holder the kubelet listed (a
+time-sliced GPU's replicas included); a MIG slice labels only dcgm-exporter's GPU-instance series, which are not
+served here. An unallocated GPU's series, and every series while attribution is off, are unchanged.
+
 Rendered as text rather than through prometheus_client, which would rename the four counters to ``*_total``. The
 names are dcgm-exporter's, so ``promtool check metrics`` reports what it reports for dcgm-exporter itself: counters
 without ``_total`` and the camelCase label ``modelName``; a drop-in must keep both.
@@ -87,6 +94,18 @@ XID_AFTER = "DCGM_FI_DEV_DEC_UTIL"
 NO_ERROR = "No Error"
 
 
+def pod_attributes(agent: Agent) -> dict[int, list[tuple[str, str]]]:
+    """GPU index -> dcgm-exporter's pod attributes (name order) for the GPUs a container holds; {} while off."""
+    pa = agent.gpu.pod_attribution if agent.gpu is not None else None
+    current = pa.current if pa is not None else None
+    if current is None:
+        return {}
+    return {
+        index: [("container", h.container), ("namespace", h.namespace), ("pod", h.pod)]
+        for index, h in current.dcgm.items()
+    }
+
+
 def render_dcgm(agent: Agent) -> bytes:
     """The dcgm-exporter exposition of the gpu tier's latest snapshot; empty unless ``dcgmCompat.enabled``."""
     rt = agent.gpu
@@ -109,18 +128,19 @@ def render_dcgm(agent: Agent) -> bytes:
         ]
         for g in gpus
     }
+    pods = pod_attributes(agent)
     lines: list[str] = []
     for name, kind, help_text, metric, fmt in FAMILIES:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         for g in gpus:
             value = values.get((device_name(g.index), metric), 0.0) if metric else 0.0
-            lines.append(f"{name}{{{label_text(identity[g.index])}}} {fmt(value)}")
+            lines.append(f"{name}{{{label_text(identity[g.index] + pods.get(g.index, []))}}} {fmt(value)}")
         if name == XID_AFTER:
             xname, xkind, xhelp = XID_FAMILY
             lines += [f"# HELP {xname} {xhelp}", f"# TYPE {xname} {xkind}"]
             for g in gpus:
                 xid = rt.last_xid.get(g.index, 0)
                 msg = xid_description(xid) if xid else NO_ERROR
-                pairs = [*identity[g.index], ("err_code", str(xid)), ("err_msg", msg)]
-                lines.append(f"{xname}{{{label_text(pairs)}}} {xid}")
+                attributes = sorted([("err_code", str(xid)), ("err_msg", msg), *pods.get(g.index, [])])
+                lines.append(f"{xname}{{{label_text(identity[g.index] + attributes)}}} {xid}")
     return ("\n".join(lines) + "\n").encode()

@@ -35,6 +35,7 @@ from nvdaemon.nvml import XID_WAIT_MS, GpuIdentity, NvmlBackend, NvmlUnavailable
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
+    from nvdaemon.gpu.podresources import PodAttribution
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class GpuRuntime:
         self.xid_counts: collections.Counter[tuple[int, int]] = collections.Counter()  # (gpu index, xid) -> n
         self.last_xid: dict[int, int] = {}  # gpu index -> last XID (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS)
         self.lost: dict[int, float] = {}  # gpu index -> when it was found lost
+        self.lost_pods: dict[int, list[dict[str, str]] | None] = {}  # gpu index -> holders at the gpu_lost ENTER
+        self.pod_attribution: PodAttribution | None = None  # set by the source:podresources task while it runs
         self._answering: dict[int, GpuIdentity] = {}  # gpu index -> identity, for GPUs whose last snapshot succeeded
 
     def collectors(self) -> list[Collector]:
@@ -78,6 +81,16 @@ class GpuRuntime:
         if index is None:
             return GpuIdentity(-1)
         return self.identities.get(index) or GpuIdentity(index)
+
+    def pods(self, index: int | None) -> list[dict[str, str]] | None:
+        """The holders of GPU ``index`` for an event's ``detail.pods``; None: attribution off or unknown GPU."""
+        pa = self.pod_attribution
+        return None if pa is None or index is None or index < 0 else pa.pods(index)
+
+    def pods_of_device(self, device: str) -> list[dict[str, str]] | None:
+        """``pods`` by the agent's device name (``gpu<index>``), for the rule engine."""
+        index = device.removeprefix("gpu")
+        return self.pods(int(index)) if device.startswith("gpu") and index.isdigit() else None
 
     def learn(self, ident: GpuIdentity) -> None:
         if ident.uuid:
@@ -91,7 +104,8 @@ class GpuRuntime:
             if n.index is not None:
                 self.xid_counts[(n.index, n.xid)] += 1
                 self.last_xid[n.index] = n.xid
-            events.append(xid_event(n, self.identity(n.index), node=self.node, seq=self.next_seq(), now=now))
+            ident = self.identity(n.index)
+            events.append(xid_event(n, ident, node=self.node, seq=self.next_seq(), now=now, pods=self.pods(n.index)))
         if events:
             self.emit(events)
         return events
@@ -105,10 +119,14 @@ class GpuRuntime:
             self._answering[index] = ident
         if lost and index not in self.lost:
             self.lost[index] = now
-            self.emit([gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, error=error)])
+            pods = self.lost_pods[index] = self.pods(index)  # the EXIT names the holders of its ENTER
+            self.emit([gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, error=error, pods=pods)])
         elif not lost and index in self.lost:
             started = self.lost.pop(index)
-            ev = gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, started_at=started, recovered=True)
+            pods = self.lost_pods.pop(index, None)
+            ev = gpu_lost_event(
+                ident, node=self.node, seq=self.next_seq(), now=now, started_at=started, recovered=True, pods=pods
+            )
             self.emit([ev])
 
     def nvml_down(self, error: str, now: float) -> None:

@@ -33,7 +33,16 @@ def xid_description(xid: int) -> str:
     return XID_DESCRIPTIONS.get(xid, "unknown XID")
 
 
-def xid_event(notice: XidNotice, ident: GpuIdentity, *, node: str, seq: int, now: float) -> Event:
+def with_pods(detail: dict[str, object], pods: list[dict[str, str]] | None) -> dict[str, object]:
+    """``detail.pods``, ``[{namespace, pod, container}]``, when pod attribution knows the holders (``[]``: none)."""
+    if pods is not None:
+        detail["pods"] = [dict(p) for p in pods]
+    return detail
+
+
+def xid_event(
+    notice: XidNotice, ident: GpuIdentity, *, node: str, seq: int, now: float, pods: list[dict[str, str]] | None = None
+) -> Event:
     return Event(
         id=new_event_id(now),
         node=node,
@@ -44,12 +53,15 @@ def xid_event(notice: XidNotice, ident: GpuIdentity, *, node: str, seq: int, now
         severity=xid_severity(notice.xid),
         seq=seq,
         started_at=now,
-        detail={
-            "xid": notice.xid,
-            "description": xid_description(notice.xid),
-            "gpu_uuid": ident.uuid,
-            "pci_bus_id": ident.pci_bus_id,
-        },
+        detail=with_pods(
+            {
+                "xid": notice.xid,
+                "description": xid_description(notice.xid),
+                "gpu_uuid": ident.uuid,
+                "pci_bus_id": ident.pci_bus_id,
+            },
+            pods,
+        ),
     )
 
 
@@ -62,10 +74,12 @@ def gpu_lost_event(
     started_at: float | None = None,
     recovered: bool = False,
     error: str = "",
+    pods: list[dict[str, str]] | None = None,
 ) -> Event:
     detail: dict[str, object] = {"gpu_uuid": ident.uuid, "pci_bus_id": ident.pci_bus_id}
     if error:
         detail["error"] = error
+    with_pods(detail, pods)
     return Event(
         id=new_event_id(now),
         node=node,

@@ -60,6 +60,9 @@ class GpuIdentity:
     uuid: str = ""
     name: str = ""
     pci_bus_id: str = ""
+    # UUIDs of the MIG devices on this GPU (``MIG-…``), how a device plugin names a slice: pod attribution maps them
+    # to this GPU. Empty without MIG mode.
+    mig_uuids: tuple[str, ...] = ()
 
 
 def device_name(index: int) -> str:

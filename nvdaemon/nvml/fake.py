@@ -54,8 +54,17 @@ class FakeNvml:
         self.current: list[dict[str, float | None]] = []
         self.xid_capable: list[bool] = []
         for i, dev in enumerate(doc.get("devices", [])):
+            mig = dev.get("mig", [])
+            if not isinstance(mig, list) or not all(isinstance(u, str) for u in mig):
+                raise ScenarioError(f"{self.source}: devices[{i}].mig: expected a list of MIG device UUIDs")
             self.identities.append(
-                GpuIdentity(i, str(dev.get("uuid", "")), str(dev.get("name", "")), str(dev.get("pciBusId", "")))
+                GpuIdentity(
+                    i,
+                    str(dev.get("uuid", "")),
+                    str(dev.get("name", "")),
+                    str(dev.get("pciBusId", "")),
+                    tuple(mig),
+                )
             )
             self.current.append({**defaults, **_readings(f"{self.source}: devices[{i}]", dev.get("readings", {}))})
             self.xid_capable.append(bool(dev.get("xidEvents", True)))
@@ -111,6 +120,11 @@ class FakeNvml:
             return
         self._pending.append(notice)
         self._cond.notify_all()
+
+    def set_reading(self, index: int, key: str, value: float | None) -> None:
+        """Change a reading now (tests; ``None`` = NOT_SUPPORTED)."""
+        with self._cond:
+            self.current[index].update(_readings(f"set_reading({index})", {key: value}))
 
     def set_lost(self, index: int, lost: bool) -> None:
         """A GPU falls off the bus or answers again, now (tests)."""

@@ -12,6 +12,7 @@ source opens and frees the event set around its waits, never during one, so no l
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +43,7 @@ class RealNvml:
         self._identities: dict[int, GpuIdentity] = {}
         self._event_set: Any = None
         self._registered: list[int] = []
+        self._no_mig: set[int] = set()  # GPUs that answered NOT_SUPPORTED to nvmlDeviceGetMigMode: never asked again
 
     # ---- error classification -----------------------------------------------------------------------------------
     def _code(self, exc: BaseException) -> int | None:
@@ -112,10 +114,33 @@ class RealNvml:
                 parts[key] = _text(fn())
             except lib.NVMLError as exc:
                 log.warning("gpu%d: %s unknown: %s", index, key, exc)
-        ident = GpuIdentity(index, **parts)
+        ident = GpuIdentity(index, **parts, mig_uuids=self._mig_uuids(index, handle))
         if ident.uuid:  # complete enough to keep; a lost GPU is asked again later
             self._identities[index] = ident
         return ident
+
+    def _mig_uuids(self, index: int, handle: Any) -> tuple[str, ...]:
+        """The UUIDs of the MIG devices on a GPU in MIG mode (how device plugins name slices); () otherwise."""
+        lib = self.lib
+        if index in self._no_mig:
+            return ()
+        try:
+            current, _pending = lib.nvmlDeviceGetMigMode(handle)
+            if current != lib.NVML_DEVICE_MIG_ENABLE:
+                return ()
+            slots = int(lib.nvmlDeviceGetMaxMigDeviceCount(handle))
+        except lib.NVMLError as exc:
+            if self._omit(self._code(exc)):
+                self._no_mig.add(index)
+            return ()
+        out = []
+        for slot in range(slots):
+            try:
+                mig = lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                out.append(_text(lib.nvmlDeviceGetUUID(mig)))
+            except lib.NVMLError:  # NOT_FOUND: an empty slot
+                continue
+        return tuple(out)
 
     def driver_version(self) -> str:
         try:
@@ -140,10 +165,14 @@ class RealNvml:
     def snapshot(self, index: int) -> GpuSnapshot:
         lib = self.lib
         ident = self._identity(index)
-        snap = GpuSnapshot(ident)
         handle = self._handles.get(index)
         if handle is None:
             raise GpuLost(f"gpu{index}: no handle")
+        if ident.uuid:  # MIG devices come and go with a reconfiguration: re-read (one call on a GPU without MIG)
+            mig = self._mig_uuids(index, handle)
+            if mig != ident.mig_uuids:
+                ident = self._identities[index] = dataclasses.replace(ident, mig_uuids=mig)
+        snap = GpuSnapshot(ident)
         r = snap.readings
 
         util = self._call(snap, "utilization", lambda: lib.nvmlDeviceGetUtilizationRates(handle))

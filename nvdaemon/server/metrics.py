@@ -28,6 +28,7 @@ from nvdaemon.catalogue import help_for
 from nvdaemon.compat.dcgm import render_dcgm
 from nvdaemon.compat.node_exporter.surface import render_node_exporter
 from nvdaemon.compat.smartctl import render_smartctl
+from nvdaemon.gpu.podresources import podresources_metrics
 from nvdaemon.model import COUNT_LABELS, Kind
 from nvdaemon.server.smart_metrics import smart_self_metrics
 from nvdaemon.server.tier_metrics import tier_self_metrics
@@ -101,6 +102,7 @@ class SnapshotCollector(Collector):
         # nodevitals_smart_device_readable{device}: a disk the smart tier could not read is not silent.
         yield from smart_self_metrics(agent.snapshots)
         yield from tier_self_metrics(agent)  # a stuck tier loop, for alerts (what /healthz says)
+        yield from podresources_metrics(agent)  # GPU pod attribution: kubelet reachable, failures by reason
 
         events = CounterMetricFamily("nodevitals_events", "Events emitted, by transition.", labels=list(COUNT_LABELS))
         for event_key, n in sorted(agent.event_counts.items()):

@@ -67,6 +67,7 @@ from nvdaemon.sinks.nvsentinel_map import (
     lost_health,
     merge,
     plan,
+    pods_text,
     rule_check,
     rule_health,
     xid_check,
@@ -227,6 +228,7 @@ def xid_record(ev: Event) -> XidRecord | None:
         uuid=str(d.get("gpu_uuid") or ""),
         description=str(d.get("description") or ""),
         at=ev.started_at,
+        pods=pods_text(d.get("pods")),
     )
 
 
@@ -240,6 +242,7 @@ def lost_record(ev: Event) -> LostGpu:
         uuid=str(d.get("gpu_uuid") or ""),
         error=str(d.get("error") or ""),
         at=ev.started_at,
+        pods=pods_text(d.get("pods")),
     )
 
 

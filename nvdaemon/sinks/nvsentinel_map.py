@@ -152,6 +152,7 @@ class XidRecord(msgspec.Struct, frozen=True):
     uuid: str = ""
     description: str = ""
     at: float = 0.0
+    pods: str = ""  # pods_text() of the event's detail.pods (GPU pod attribution)
 
 
 class LostGpu(msgspec.Struct, frozen=True):
@@ -162,6 +163,7 @@ class LostGpu(msgspec.Struct, frozen=True):
     uuid: str = ""
     error: str = ""  # NVML's answer, for the message
     at: float = 0.0
+    pods: str = ""  # pods_text() of the ENTER's detail.pods (GPU pod attribution)
 
     def answers(self, device: str, uuid: str, pci: str) -> bool:
         """Is a GPU that answered with this identity this lost GPU? By uuid when known (indexes move when a GPU is
@@ -239,6 +241,15 @@ def entities_for(component: str, device: str, labels: Mapping[str, str]) -> tupl
     return ()
 
 
+# ---- GPU pod attribution in message text (the only place NVSentinel sees detail.pods) ----------------------------
+def pods_text(pods: object) -> str:
+    """`` (pods: ns/pod/container, ...)`` for an event's ``detail.pods``; "" when attribution gave none."""
+    if not isinstance(pods, list) or not pods:
+        return ""
+    names = [f"{p.get('namespace')}/{p.get('pod')}/{p.get('container')}" for p in pods if isinstance(p, dict)]
+    return f" (pods: {', '.join(names)})" if names else ""
+
+
 # ---- desired health ------------------------------------------------------------------------------------------------
 def _fmt(value: float) -> str:
     return f"{value:.6g}"
@@ -249,7 +260,7 @@ def condition_message(cond: ActiveCondition, op: str) -> str:
     series = f"{cond.metric}{{{labels}}}" if labels else cond.metric
     where = f" on {cond.device}" if cond.device else ""
     text = f"{cond.condition}: {series}{where} is {_fmt(cond.value)}, threshold {op} {_fmt(cond.threshold)}"
-    return text + (" (device no longer reporting)" if cond.stale else "")
+    return text + (" (device no longer reporting)" if cond.stale else "") + pods_text(cond.pods)
 
 
 def rule_health(
@@ -298,7 +309,7 @@ def xid_health(
         error_code=(str(rec.xid),),
         entities=tuple(entities),
         processing_strategy=strategy,
-        message=f"XID {rec.xid} on GPU {where}: {description}",
+        message=f"XID {rec.xid} on GPU {where}: {description}{rec.pods}",
         metadata={"condition": XID_CONDITION, "xid": str(rec.xid), "device": rec.device},
     )
 
@@ -315,7 +326,7 @@ def lost_health(rec: LostGpu, *, strategy: str = DEFAULT_STRATEGY) -> Health:
         error_code=(LOST_ERROR_CODE,),
         entities=entities,
         processing_strategy=strategy,
-        message=f"{rec.device} fell off the bus{why}",
+        message=f"{rec.device} fell off the bus{why}{rec.pods}",
         metadata={"condition": LOST_CONDITION, "device": rec.device},
     )
 

@@ -188,7 +188,11 @@ SECTIONS: list[tuple[tuple[str, ...], type[msgspec.Struct], set[str]]] = [
     (("properties", "nodeExporter", "properties", "filesystem"), agent_config.NodeFilesystemOptions, set()),
     (("properties", "nodeExporter", "properties", "netdev"), agent_config.NodeNetdevOptions, set()),
     (("properties", "nodeExporter", "properties", "hwmon"), agent_config.NodeHwmonOptions, set()),
-    (("properties", "dcgmCompat"), agent_config.Toggle, set()),
+    (
+        ("properties", "dcgmCompat"),
+        agent_config.DcgmCompatConfig,
+        {"podResourcesHostPath", "podResourcesGroup", "podResourcesSeLinuxType"},
+    ),
     (("properties", "smartctlCompat"), agent_config.Toggle, set()),
 ]
 

@@ -25,6 +25,11 @@ class Handle:
         return f"h{self.index}"
 
 
+class MigHandle:
+    def __init__(self, uuid: str) -> None:
+        self.uuid = uuid
+
+
 class EventSet:
     def __repr__(self) -> str:
         return "es"
@@ -42,6 +47,7 @@ class RecordingNvml:
         self.supported_events: dict[int, int] = {i: pynvml.nvmlEventTypeXidCriticalError | 0x1 for i in range(gpus)}
         self.event_queue: list[tuple[int, int]] = []  # (gpu, xid) answered by the next waits
         self.event_set = EventSet()
+        self.mig: dict[int, list[str]] = {}
 
     def _do(self, name: str, handle: Handle | None, *args: Any) -> None:
         self.calls.append((name, handle, *args) if handle is not None else (name, *args))
@@ -77,7 +83,10 @@ class RecordingNvml:
         return handle.index
 
     # ---- identity
-    def nvmlDeviceGetUUID(self, handle: Handle) -> str:
+    def nvmlDeviceGetUUID(self, handle: Handle | MigHandle) -> str:
+        if isinstance(handle, MigHandle):
+            self.calls.append(("nvmlDeviceGetUUID", handle))
+            return handle.uuid
         self._do("nvmlDeviceGetUUID", handle)
         return f"GPU-0000000{handle.index}-aaaa-bbbb-cccc-dddddddddddd"
 
@@ -88,6 +97,23 @@ class RecordingNvml:
     def nvmlDeviceGetPciInfo(self, handle: Handle) -> SimpleNamespace:
         self._do("nvmlDeviceGetPciInfo", handle)
         return SimpleNamespace(busId=f"00000000:{0x18 + handle.index:02X}:00.0".encode())
+
+    # ---- MIG (``mig[index]``: MIG device UUIDs of a GPU in MIG mode; an index not there has MIG disabled)
+    def nvmlDeviceGetMigMode(self, device: Handle) -> list[int]:
+        self._do("nvmlDeviceGetMigMode", device)
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if device.index in self.mig else pynvml.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Handle) -> int:
+        self._do("nvmlDeviceGetMaxMigDeviceCount", device)
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Handle, index: int) -> MigHandle:
+        self._do("nvmlDeviceGetMigDeviceHandleByIndex", device, index)
+        uuids = self.mig.get(device.index, [])
+        if index >= len(uuids):
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
+        return MigHandle(uuids[index])
 
     # ---- readings (distinct values per argument, so swapped arguments give wrong numbers)
     def nvmlDeviceGetUtilizationRates(self, handle: Handle) -> SimpleNamespace:

@@ -3,35 +3,14 @@ names match NVSentinel's contract (DESIGN §8)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from nvdaemon.proto import health_event_pb2 as pb
-
-ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ("health_event_pb2.py", "health_event_pb2.pyi", "health_event_pb2_grpc.py")
+from tests.protostubs import assert_stubs_fresh
 
 
 def test_regenerating_the_stubs_changes_nothing(tmp_path: Path) -> None:
-    # The same command as the Makefile's `proto` target, into tmp_path.
-    cmd = [
-        sys.executable,
-        "-m",
-        "grpc_tools.protoc",
-        "-Invdaemon/proto=protos",
-        f"--python_out={tmp_path}",
-        f"--pyi_out={tmp_path}",
-        f"--grpc_python_out={tmp_path}",
-        "nvdaemon/proto/health_event.proto",
-    ]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    for name in GENERATED:
-        fresh = (tmp_path / "nvdaemon" / "proto" / name).read_bytes()
-        committed = (ROOT / "nvdaemon" / "proto" / name).read_bytes()
-        assert fresh == committed, f"nvdaemon/proto/{name} is stale: run `make proto`"
-    makefile = (ROOT / "Makefile").read_text()
-    assert "-Invdaemon/proto=protos --python_out=. --pyi_out=. --grpc_python_out=." in makefile
+    assert_stubs_fresh("health_event", tmp_path)
 
 
 def test_wire_contract() -> None:

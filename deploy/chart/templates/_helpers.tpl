@@ -181,7 +181,14 @@ refs: {{ toJson $refs }}
 {{- $_ := set $ne "rootfsPath" (ternary "/host/root" "" (not (empty $v.nodeExporter.mountRootFS))) -}}
 {{- $_ := set $cfg "nodeExporter" (deepCopy $ne) -}}
 {{- end -}}
-{{- if $v.dcgmCompat.enabled -}}{{- $_ := set $cfg "dcgmCompat" (dict "enabled" true) -}}{{- end -}}
+{{- $dcgm := dict -}}
+{{- if $v.dcgmCompat.enabled -}}{{- $_ := set $dcgm "enabled" true -}}{{- end -}}
+{{- if and .group.gpu $v.dcgmCompat.podAttribution -}}{{/* the socket in the pod-resources mount (daemonset.yaml) */}}
+{{- $_ := set $dcgm "podAttribution" true -}}
+{{- $_ := set $dcgm "podResourcesSocket" "/var/lib/kubelet/pod-resources/kubelet.sock" -}}
+{{- with $v.dcgmCompat.podResourcesTimeoutSeconds -}}{{- $_ := set $dcgm "podResourcesTimeoutSeconds" . -}}{{- end -}}
+{{- end -}}
+{{- if $dcgm -}}{{- $_ := set $cfg "dcgmCompat" $dcgm -}}{{- end -}}
 {{- if $v.smartctlCompat.enabled -}}{{- $_ := set $cfg "smartctlCompat" (dict "enabled" true) -}}{{- end -}}
 {{- $sinks := dict "metrics" (dict "enabled" true "listenAddr" (printf "%s:%d" (include "nvdaemon.bindHost" $v.metrics.bindAddress) (int $v.metrics.port))) -}}
 {{- $hooks := list -}}

@@ -1,0 +1,266 @@
+"""Which pod holds each GPU, from the kubelet's pod-resources API (``dcgmCompat.podAttribution``).
+
+The kubelet serves ``v1.PodResourcesLister`` (``protos/podresources.proto``) over gRPC on a Unix socket,
+``dcgmCompat.podResourcesSocket`` (default ``/var/lib/kubelet/pod-resources/kubelet.sock``). The supervised task
+``source:podresources`` calls ``List`` once per gpu tier interval, in a worker thread under its own limiter (sync
+stubs: grpc.aio does not run under trio), with a deadline of ``dcgmCompat.podResourcesTimeoutSeconds``; a fresh
+channel per call, so a kubelet restart (a new socket inode) costs nothing. The answer is matched to the GPUs
+(``nvdaemon/gpu/attribution.py``) and kept on the GPU runtime: the gpu tier, the XID source and the dcgm surface
+read the latest one and never wait for a call.
+
+A socket that is missing, refuses, is slower than the deadline or answers what does not parse turns attribution
+off until the next call that works: no pod labels on ``DCGM_FI_*``, no ``detail.pods`` on events. Each failure is
+counted (``nodevitals_podresources_failures_total{reason}``) and logged when the reason changes, not every tick.
+``Get`` (one pod; kubelet 1.27+ behind a feature gate, beta and on by default from 1.34) is offered by the client
+for completeness; the mapping needs only ``List``, which already carries every pod's devices.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import stat
+import threading
+from collections.abc import Hashable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from nvdaemon.gpu.attribution import Allocation, Attribution, attribute, keys_for
+
+if TYPE_CHECKING:
+    from nvdaemon.app import Agent
+    from nvdaemon.gpu import GpuRuntime
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "source:podresources"  # "source:" tasks stop with the tier loops, before the sinks flush
+REASONS = ("missing", "refused", "timeout", "garbage", "unimplemented", "error")
+
+
+class PodResourcesError(Exception):
+    """A call that gave no usable answer; ``reason`` is one of ``REASONS`` (the failure metric's label)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def _classify(exc: grpc.RpcError) -> PodResourcesError:
+    if not isinstance(exc, grpc.Call):
+        return PodResourcesError("error", str(exc))
+    code = exc.code()
+    reason = {
+        grpc.StatusCode.UNAVAILABLE: "refused",
+        grpc.StatusCode.DEADLINE_EXCEEDED: "timeout",
+        grpc.StatusCode.INTERNAL: "garbage",  # "Exception deserializing response!" and malformed frames
+        grpc.StatusCode.UNIMPLEMENTED: "unimplemented",
+    }.get(code, "error")
+    return PodResourcesError(reason, exc.details() or str(code))
+
+
+def allocations(pods: Any) -> list[Allocation]:
+    """``Allocation`` rows of a list of ``PodResources``, in the kubelet's order."""
+    out = []
+    for pod in pods:
+        for container in pod.containers:
+            for dev in container.devices:
+                out.append(
+                    Allocation(pod.namespace, pod.name, container.name, dev.resource_name, tuple(dev.device_ids))
+                )
+    return out
+
+
+class PodResourcesClient:
+    """Blocking calls to the kubelet (run them in worker threads); every failure is a ``PodResourcesError``."""
+
+    def __init__(self, socket_path: str, timeout: float) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+
+    def _call(self, method: str, request: Any) -> Any:
+        from nvdaemon.proto import podresources_pb2_grpc as rpc
+
+        try:
+            mode = os.stat(self.socket_path).st_mode
+        except OSError as exc:
+            raise PodResourcesError("missing", f"{self.socket_path}: {exc.strerror}") from None
+        if not stat.S_ISSOCK(mode):
+            raise PodResourcesError("missing", f"{self.socket_path}: not a socket")
+        target = "unix://" + os.path.abspath(self.socket_path)
+        with grpc.insecure_channel(target) as channel:
+            stub = rpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
+            try:
+                return getattr(stub, method)(request, timeout=self.timeout)
+            except grpc.RpcError as exc:
+                raise _classify(exc) from None
+
+    def list_allocations(self) -> list[Allocation]:
+        from nvdaemon.proto import podresources_pb2 as pb
+
+        response = self._call("List", pb.ListPodResourcesRequest())
+        return allocations(response.pod_resources)
+
+    def get_allocations(self, namespace: str, pod: str) -> list[Allocation] | None:
+        """One pod's devices; None where the kubelet does not offer ``Get``."""
+        from nvdaemon.proto import podresources_pb2 as pb
+
+        try:
+            response = self._call("Get", pb.GetPodResourcesRequest(pod_name=pod, pod_namespace=namespace))
+        except PodResourcesError as exc:
+            if exc.reason == "unimplemented":
+                return None
+            raise
+        return allocations([response.pod_resources])
+
+
+class PodAttribution:
+    """The latest mapping and the health of the calls; read by the tier, the XID source and the dcgm surface."""
+
+    def __init__(self, client: PodResourcesClient) -> None:
+        self.client = client
+        self.current: Attribution | None = None  # None: off (no call has worked yet, or the last one failed)
+        self.failures: collections.Counter[str] = collections.Counter({r: 0 for r in REASONS})
+        self.last_reason = ""  # the reason of the failure last logged; "" while calls work
+        self.calls = 0
+        self._lock = threading.Lock()
+        self._in_flight = False
+
+    @property
+    def up(self) -> bool:
+        return self.current is not None
+
+    def status(self) -> dict[str, Any]:
+        """For ``/v1/status`` (the gpu collector's detail): up, the holders per GPU, failures by reason."""
+        current = self.current
+        holders = {} if current is None else {f"gpu{i}": current.pods(i) for i in current.holders}
+        return {"up": self.up, "holders": holders, "failures": dict(self.failures), "lastError": self.last_reason}
+
+    def pods(self, index: int) -> list[dict[str, str]] | None:
+        """``detail.pods`` for an event on GPU ``index``: None while attribution is off (unknown, not "nobody")."""
+        return None if self.current is None else self.current.pods(index)
+
+    def call_list(self) -> list[Allocation]:
+        """``List`` in a worker thread; one at a time: a call still stuck after its deadline skips the next ticks."""
+        with self._lock:
+            if self._in_flight:
+                raise PodResourcesError("timeout", "the previous List has not returned")
+            self._in_flight = True
+        try:
+            return self.client.list_allocations()
+        finally:
+            with self._lock:
+                self._in_flight = False
+
+    def failed(self, err: PodResourcesError) -> bool:
+        """Attribution off; True when something visible changed."""
+        self.failures[err.reason] += 1
+        changed = self.current is not None
+        self.current = None
+        if err.reason != self.last_reason:
+            log.warning("pod attribution off: kubelet pod-resources %s", err)
+            self.last_reason = err.reason
+        return changed
+
+    def succeeded(self, allocs: list[Allocation], rt: GpuRuntime) -> bool:
+        """Match the answer to the GPUs; True when the mapping changed."""
+        keys = keys_for((g.index, g.uuid, g.mig_uuids) for g in rt.identities.values())
+        new = attribute(allocs, keys)
+        if self.last_reason or self.calls == 1:
+            log.info("pod attribution on: %d GPU(s) held by pods", len(new.holders))
+            self.last_reason = ""
+        if new.unmatched and (self.current is None or new.unmatched != self.current.unmatched):
+            log.info("pod attribution: device ids matching no GPU of this node: %s", ", ".join(new.unmatched[:8]))
+        changed = new != self.current
+        self.current = new
+        return changed
+
+
+async def refresh(agent: Agent, rt: GpuRuntime, pa: PodAttribution, limiter: trio.CapacityLimiter) -> None:
+    """One ``List``; never raises for a kubelet problem (counted and logged instead)."""
+    pa.calls += 1
+    deadline = pa.client.timeout + 1.0  # gRPC's own deadline fires first; this is the backstop
+    try:
+        with trio.fail_after(deadline):
+            allocs = await trio.to_thread.run_sync(pa.call_list, limiter=limiter, abandon_on_cancel=True)
+    except trio.TooSlowError:
+        changed = pa.failed(PodResourcesError("timeout", f"no answer within {deadline:g}s"))
+    except PodResourcesError as err:
+        changed = pa.failed(err)
+    except Exception as exc:  # a kubelet answer we could not read must not restart-loop the task
+        changed = pa.failed(PodResourcesError("garbage", f"{type(exc).__name__}: {exc}"))
+    else:
+        changed = pa.succeeded(allocs, rt)
+    if changed:
+        agent.changes += 1  # /metrics re-renders (labels moved)
+
+
+async def serve_podresources(agent: Agent, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    rt = agent.gpu
+    cfg = agent.loaded.config.dcgm_compat
+    if rt is None or not cfg.pod_attribution:
+        task_status.started()
+        return
+    pa = PodAttribution(PodResourcesClient(cfg.pod_resources_socket, cfg.pod_resources_timeout_seconds))
+    rt.pod_attribution = pa
+    limiter = trio.CapacityLimiter(1)  # kubelet calls have their own limiter: never an NVML thread's
+    interval = agent.interval("gpu")
+    try:
+        task_status.started()
+        next_tick = trio.current_time()
+        while True:
+            await refresh(agent, rt, pa, limiter)
+            next_tick = max(next_tick + interval, trio.current_time())
+            await trio.sleep_until(next_tick)
+    finally:
+        if rt.pod_attribution is pa:
+            rt.pod_attribution = None
+            agent.changes += 1
+
+
+def fingerprint(agent: Agent) -> Hashable:
+    c = agent.loaded.config.dcgm_compat
+    return (
+        TASK_NAME,
+        c.pod_attribution,
+        c.pod_resources_socket,
+        c.pod_resources_timeout_seconds,
+        agent.interval("gpu"),
+    )
+
+
+async def sync_podresources(agent: Agent) -> None:
+    """Start, restart (changed config) or stop the refresh task, at start and after a reload."""
+    sup = agent.supervisor
+    assert sup is not None
+    wanted = agent.gpu is not None and agent.loaded.config.dcgm_compat.pod_attribution
+    running = sup.tasks.get(TASK_NAME)
+    if running is not None and (not wanted or running.fingerprint != fingerprint(agent)):
+        await sup.stop(TASK_NAME)
+        running = None
+    if wanted and running is None:
+        await sup.start(TASK_NAME, serve_podresources, agent, fingerprint=fingerprint(agent))
+
+
+def podresources_metrics(agent: Agent) -> Iterator[Metric]:
+    """``nodevitals_podresources_up`` and ``_failures_total{reason}``, while attribution is configured."""
+    pa = agent.gpu.pod_attribution if agent.gpu is not None else None
+    if pa is None:
+        return
+    up = GaugeMetricFamily(
+        "nodevitals_podresources_up",
+        "1 if the last kubelet pod-resources List worked and GPU series and events carry their pods.",
+    )
+    up.add_metric([], 1.0 if pa.up else 0.0)
+    failures = CounterMetricFamily(
+        "nodevitals_podresources_failures",
+        "kubelet pod-resources List calls that gave no answer, by reason (attribution off for that tick).",
+        labels=["reason"],
+    )
+    for reason in REASONS:
+        failures.add_metric([reason], pa.failures[reason])
+    yield up
+    yield failures

@@ -1,0 +1,62 @@
+"""SIGHUP's reload turns pod attribution off and on: the refresh task stops (labels gone at once) or starts, and a
+changed socket path restarts it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from nvdaemon.app import Agent
+from nvdaemon.compat.dcgm import render_dcgm
+from nvdaemon.config import load_config
+from nvdaemon.gpu.podresources import TASK_NAME
+from tests.gpu.conftest import HEALTHY, wait_until
+from tests.podres.kubelet import TestKubelet, pod
+
+UUID0 = "GPU-0b3c4e21-7d52-4f0a-9c1e-5a6b7c8d9e01"
+
+CONFIG = """
+node: gpu-node
+stateDir: {state}
+intervalSeconds: 0.05
+tiers: [gpu]
+gpu: {{backend: fake, fakeScenario: '{scenario}'}}
+sinks: {{metrics: {{listenAddr: '127.0.0.1:0'}}, stream: {{enabled: false}}}}
+dcgmCompat: {{enabled: true, podAttribution: {on}, podResourcesSocket: '{socket}'}}
+"""
+
+
+async def test_reload_stops_starts_and_restarts_the_refresh(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+
+    def write(on: bool, socket: Path) -> None:
+        text = CONFIG.format(state=tmp_path / "state", scenario=HEALTHY, on=str(on).lower(), socket=socket)
+        config.write_text(text)
+
+    with TestKubelet(tmp_path / "a.sock") as a, TestKubelet(tmp_path / "b.sock") as b:
+        a.set_pods(pod("ml", "from-a", ("main", [("nvidia.com/gpu", [UUID0])])))
+        b.set_pods(pod("ml", "from-b", ("main", [("nvidia.com/gpu", [UUID0])])))
+        write(True, a.socket_path)
+        agent = Agent(load_config(str(config), env={}), config_path=str(config))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.run)
+            await wait_until(lambda: b'pod="from-a"' in render_dcgm(agent))
+            sup = agent.supervisor
+            assert sup is not None and TASK_NAME in sup.tasks
+
+            write(False, a.socket_path)
+            await agent.reload()
+            assert TASK_NAME not in sup.tasks
+            assert agent.gpu is not None and agent.gpu.pod_attribution is None
+            assert b'pod="' not in render_dcgm(agent)
+
+            write(True, b.socket_path)
+            await agent.reload()
+            await wait_until(lambda: b'pod="from-b"' in render_dcgm(agent))
+            calls_a = a.calls["List"]
+            write(True, a.socket_path)  # only the path changed: restarted on the new one
+            await agent.reload()
+            await wait_until(lambda: b'pod="from-a"' in render_dcgm(agent))
+            assert a.calls["List"] > calls_a
+            agent.stopping.set()
