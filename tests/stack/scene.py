@@ -157,9 +157,11 @@ class Stack:
         }
         self.prometheus = Prometheus(tmp / "prometheus", [scrape], rule_groups())
         self._toggler: threading.Thread | None = None
+        self._env: dict[str, str | None] = {}
         self._toggling = threading.Event()
 
     def start(self) -> Stack:
+        self._env = {var: os.environ.get(var) for var in ("SMARTCTL_STANDIN_DIR", "SMARTCTL_STANDIN_LOG")}
         os.environ["SMARTCTL_STANDIN_DIR"] = str(self.recordings)  # read by the stand-in the agent runs
         os.environ["SMARTCTL_STANDIN_LOG"] = str(self.smart_log)
         self.agent.start()
@@ -174,8 +176,11 @@ class Stack:
         self.prometheus.stop()
         self.receiver.stop()
         self.connector.stop()
-        for var in ("SMARTCTL_STANDIN_DIR", "SMARTCTL_STANDIN_LOG"):
-            os.environ.pop(var, None)
+        for var, value in self._env.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
     # ---- causes ------------------------------------------------------------------------------------------------
     def disks_healthy(self) -> None:
