@@ -122,11 +122,11 @@ class Stack:
         shutil.copytree(RECORDINGS, self.recordings)
         self.disks_healthy()
         self.smart_log = tmp / "smartctl.log"
-        self.receiver = Receiver(secret=SECRET).start()
+        self.receiver = Receiver(secret=SECRET)  # its port is chosen now; started in start()
         self.socket = tmp / "pc.sock"
         self.agent_token = tmp / "agent-token"
         self.agent_token.write_text(TOKEN)
-        self.connector = FakeConnector(self.socket, NODE, self.agent_token).start()
+        self.connector = FakeConnector(self.socket, NODE, self.agent_token)
         self.port = free_port()
         config = {
             **CONFIG,
@@ -164,6 +164,8 @@ class Stack:
         self._env = {var: os.environ.get(var) for var in ("SMARTCTL_STANDIN_DIR", "SMARTCTL_STANDIN_LOG")}
         os.environ["SMARTCTL_STANDIN_DIR"] = str(self.recordings)  # read by the stand-in the agent runs
         os.environ["SMARTCTL_STANDIN_LOG"] = str(self.smart_log)
+        self.receiver.start()
+        self.connector.start()
         self.agent.start()
         self.prometheus.start()
         return self

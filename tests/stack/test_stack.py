@@ -3,8 +3,9 @@ smartctlCompat) every second, with the chart's PrometheusRule loaded (every ``fo
 
 One stack per module, driven in order as one scenario: scrape checks and a quiet healthy agent first, then each
 alert's cause applied for real and removed again (firing, then resolved, in ALERTS), then every dashboard query
-over the whole run, then the agent stopped and started (the last test). Everything is asked through Prometheus's
-HTTP API, never read from our own exposition, except the series count the scrape is compared with.
+over the whole run, then the agent stopped and started (the last test). Series and alerts are asserted through
+Prometheus's HTTP API; the agent itself is read only for the series count a scrape is compared with, for /healthz,
+and to know when a cause has settled.
 """
 
 from __future__ import annotations
