@@ -27,7 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "faulty.metrics"
 GRACE = 5.0
-VOLATILE = ("process_", "nodevitals_collector_duration_seconds")
+VOLATILE = ("process_", "nodevitals_collector_duration_seconds", "nodevitals_tier_last_tick_timestamp_seconds")
 
 CONFIG = """
 node: fixture-node

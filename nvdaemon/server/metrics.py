@@ -31,6 +31,7 @@ from nvdaemon.compat.smartctl import render_smartctl
 from nvdaemon.gpu.podresources import podresources_metrics
 from nvdaemon.model import COUNT_LABELS, Kind
 from nvdaemon.server.smart_metrics import smart_self_metrics
+from nvdaemon.server.tier_metrics import tier_self_metrics
 
 if TYPE_CHECKING:
     from nvdaemon.app import Agent
@@ -100,6 +101,7 @@ class SnapshotCollector(Collector):
         yield from (success, present, duration, errors)
         # nodevitals_smart_device_readable{device}: a disk the smart tier could not read is not silent.
         yield from smart_self_metrics(agent.snapshots)
+        yield from tier_self_metrics(agent)  # a stuck tier loop, for alerts (what /healthz says)
         yield from podresources_metrics(agent)  # GPU pod attribution: kubelet reachable, failures by reason
 
         events = CounterMetricFamily("nodevitals_events", "Events emitted, by transition.", labels=list(COUNT_LABELS))
