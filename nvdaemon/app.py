@@ -319,6 +319,10 @@ class Agent:
         self.rules = rules
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
         await self.persist_engine()
+        if self.engine_save_error is not None:
+            # persist_engine keeps a failed write for the next tick rather than raising (a full stateDir must not
+            # stop a tier); a reload, though, is refused when the state of the rules it retires cannot be saved.
+            raise OSError(f"engine state not saved: {self.engine_save_error}")
         await self._sync_tasks()
 
     async def _sync_tasks(self) -> None:

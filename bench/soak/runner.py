@@ -65,6 +65,7 @@ class Soak:
         self.state_dir = workdir / "state"
         self.disk = StateDisk(self.state_dir)  # its own tmpfs where root: a phase fills it
         self.full = FullPhase()
+        self.state_dir_full = False  # the ballast is in place: SIGHUPs now may be refused (check_reloads)
         self.config_path = workdir / "config.yaml"
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -272,6 +273,7 @@ class Soak:
                 self.write_config()
                 run = self.run
                 run.reloads_sent += 1
+                run.reloads_while_full += self.state_dir_full
                 run.proc.send_signal(signal.SIGHUP)
                 with trio.move_on_after(20) as waited:
                     while True:
@@ -297,6 +299,7 @@ class Soak:
         await trio.sleep_until(at)
         async with self.lock:  # never half-way through the restart
             self.full.ballast = await trio.to_thread.run_sync(self.disk.fill)
+            self.state_dir_full = self.disk.mounted
         began = trio.current_time()
         try:
             while trio.current_time() - began < hold:
@@ -315,6 +318,7 @@ class Soak:
                     self.full.metric_zero = True
         finally:
             self.disk.free()  # also when the chaos ends first
+            self.state_dir_full = False
             self.full.seconds = trio.current_time() - began
 
     async def sample(self) -> None:

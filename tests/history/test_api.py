@@ -135,7 +135,7 @@ async def test_range_takes_days_and_go_durations(agent: Agent) -> None:
     for go_duration in ("90m", "1h30m", "1.5h", "5400s", "5400000ms"):
         assert 17 <= len(await times(go_duration)) <= 19, go_duration
     assert 32 <= len(await times("2h45m30s")) <= 34
-    assert len(await times("1d")) in (288, 289)
+    assert 287 <= len(await times("1d")) <= 289  # one 5-min point either side: the clock moves between requests
     assert len(await times("")) == 576
 
 
