@@ -303,6 +303,9 @@ class Soak:
         began = trio.current_time()
         try:
             while trio.current_time() - began < hold:
+                # Bursts of events while full: the spool's WAL may still hold free pages from before (up to 4 MiB),
+                # and the phase must reach the writes that need new space, whatever the WAL held when it began.
+                self.burst()
                 await trio.sleep(0.5)
                 st = await self.status()
                 sinks: dict[str, Any] = (st or {}).get("sinks", {})
