@@ -19,7 +19,8 @@ cancels itself as soon as its ``handle_messages`` task receives that ``http.disc
 the next checkpoint of the same ``send`` (the idle timer's lock, or ``send_eof``), so the timer was never restarted
 and the close never happened: after one request a connection lived for ever. Shielding that one final ``send``
 lets hypercorn finish; it cannot hang, because the only blocking part, writing to the socket, is already shielded by
-hypercorn and bounded by TCP_USER_TIMEOUT (``nvdaemon/server/listen.py``).
+hypercorn and bounded by TCP_USER_TIMEOUT (``nvdaemon/server/listen.py``), and on a stop by the graceful timeout,
+after which the connection is closed under it (``nvdaemon/server/accept.py``).
 
 **Inbound websocket messages** (``BoundedWSStream``). Hypercorn enforces ``websocket_max_message_size`` in
 ``WebsocketBuffer.extend``, *after* appending each fragment, and after sending close 1009 it keeps the connection,
