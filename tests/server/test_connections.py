@@ -196,3 +196,22 @@ async def test_shutdown_ends_a_connection_whose_peer_never_reads(tmp_path: Path)
         watchdog.cancel_scope.cancel()  # leaving `serving` stopped the server
     sock.close()
     assert not gave_up, "the server's stop waited for a peer that never reads"
+
+
+async def test_http2_is_not_spoken(tmp_path: Path) -> None:
+    """Only HTTP/1.1, as the Go agent's server: hypercorn would switch a plaintext connection to HTTP/2 on the
+    prior-knowledge preface or on ``Upgrade: h2c``, and then take 100 requests at once on it, with 64 KiB heads."""
+    agent = make_agent(tmp_path, "{headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
+    async with serving(agent) as (host, port):
+        upgrade = await Conn.open(host, port)
+        with trio.fail_after(DEADLINE):
+            status, headers, body = await upgrade.get(
+                "/metrics",
+                "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n",
+            )
+        assert status == 200 and headers.get("upgrade") is None and b"nodevitals_" in body
+        preface = await Conn.open(host, port)
+        await preface.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        with trio.fail_after(DEADLINE):
+            answer = await preface.closed_by_server()
+        assert answer.startswith(b"HTTP/1.1 4"), answer[:200]  # an HTTP/1.1 error, not HTTP/2 SETTINGS
