@@ -1,20 +1,19 @@
 """Reload never kills and never blinds: a config that cannot be read, validated or applied is rejected on SIGHUP,
-counted (``/v1/state`` and ``nodevitals_config_reloads_total``), and the running config stays in force.
+counted (``/v1/status`` and ``nodevitals_config_reloads_total``), and the running config stays in force.
 
 The agent runs as a real subprocess for the bad files (non-UTF-8, deep nesting, an alias bomb, too big, an interval
 below the floor, a missing token file, a listen port another process holds). In-process tests cover what a file
-cannot provoke: a state write failing with ENOSPC while a rule is retired (before anything is published, and after),
-an unexpected error in a reload, and a SIGTERM during a reload.
+cannot provoke: a state write failing with ENOSPC while a rule is retired (the trial write rejects the reload before
+anything is published; a later one leaves it applied and the state saved later), an unexpected error in a reload,
+and a SIGTERM during a reload.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,22 +25,15 @@ from nvdaemon.config import parse_config
 from nvdaemon.model import COUNT_LABELS, Sample
 from nvdaemon.supervise import Supervisor
 from nvdaemon.tiers import TierSnapshot
+from tests import test_e2e
 from tests.test_config_limits import laughs
-from tests.test_e2e import CONFIG, GRACE, ROOT, free_port, wait_for
 from tests.test_e2e import Agent as AgentProcess
+from tests.test_e2e import wait_for
 
 # --- a real agent, SIGHUP with each bad file ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def agent(tmp_path: Path) -> Iterator[AgentProcess]:
-    host = tmp_path / "host"
-    shutil.copytree(ROOT / "fixtures" / "hosts" / "faulty", host, symlinks=True)
-    config = tmp_path / "config.yaml"
-    config.write_text(CONFIG.format(state=tmp_path / "state", grace=GRACE, port=free_port()))
-    a = AgentProcess(tmp_path, host, config)
-    yield a
-    a.kill()
+agent = test_e2e.agent  # the end-to-end tests' agent: fixture host "faulty", their config, a free port
 
 
 def rejected_metric(agent: AgentProcess) -> float:
