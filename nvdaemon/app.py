@@ -271,8 +271,9 @@ class Agent:
 
         What can fail is tried before anything changes (``reloading.prepare_reload``: the file, the host checks, the
         rules, and a trial state write when rules are retired). A failure while applying after all (a sink that
-        cannot be built, a state write, the server's restart) rolls back to the running config: its rules, sinks,
-        tier loops and server. A rejected reload is logged and counted
+        cannot be built, the server's restart) rolls back to the running config: its rules, sinks, tier loops and
+        server. A state write the disk refuses after the trial is no such failure: the state stays in memory and is
+        saved on a later write (``persist_engine``), as on any tick. A rejected reload is logged and counted
         (``nodevitals_config_reloads_total{result="rejected"}``, ``nodevitals_config_last_reload_successful`` 0).
         """
         try:
@@ -462,10 +463,9 @@ class Agent:
             with trio.CancelScope(shield=True), trio.move_on_after(max(grace / 2, 0.5)):
                 self._engine_dirty = True
                 await self.persist_engine()
-            self.http_shutdown.set()
             http = sup.tasks.get("http")
-            if http is not None:
-                await http.done.wait()
+            if http is not None:  # a server in its restart backoff is cancelled, not waited for
+                await self._stop_http(http, self.http_shutdown)
             root.cancel_scope.cancel()
         log.info("stopped")
 

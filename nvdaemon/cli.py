@@ -25,6 +25,7 @@ from pathlib import Path
 from nvdaemon import __version__, tail
 from nvdaemon.config import ConfigError, LoadedConfig, load_config
 from nvdaemon.preflight import preflight
+from nvdaemon.server.token import read_token
 from nvdaemon.sinks import webhook_cli
 
 EXIT_CONFIG = 2
@@ -134,11 +135,19 @@ def _run(args: argparse.Namespace) -> int:
 def _state(args: argparse.Namespace) -> int:
     req = urllib.request.Request(args.url.rstrip("/") + "/v1/status")
     if args.token_file:
-        req.add_header("Authorization", "Bearer " + Path(args.token_file).read_text().strip())
+        try:
+            token = read_token(args.token_file)  # the server's own reader and limits
+        except OSError as exc:
+            print(f"nvdaemon state: cannot read the token file {args.token_file}: {exc.strerror}", file=sys.stderr)
+            return 1
+        except ValueError as exc:  # empty or too large; the message names the file, never its content
+            print(f"nvdaemon state: {exc}", file=sys.stderr)
+            return 1
+        req.add_header("Authorization", "Bearer " + token.decode("latin-1"))
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             doc = json.load(resp)
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: not JSON (not an nvdaemon there)
         print(f"nvdaemon state: {args.url}: {exc}", file=sys.stderr)
         return 1
     json.dump(doc, sys.stdout, indent=2, sort_keys=True)

@@ -2,9 +2,9 @@
 by ``run`` before it starts anything, and by a reload before it changes anything. A problem makes ``check-config``
 and ``run`` exit 2 and a reload keep the running config; a warning is printed or logged and nothing more.
 
-- ``sinks.metrics.listenAddr``: a TCP socket is bound there with SO_REUSEADDR, as the HTTP server binds it, and
-  closed at once. A host that does not resolve, an address that is not this host's, a privileged port and a port
-  another process listens on are problems. A reload skips the address the running server already holds.
+- ``sinks.metrics.listenAddr``: bound as the HTTP server binds it (``nvdaemon/server/listen.py``, SO_REUSEADDR, not
+  listening) and closed at once. A host that does not resolve, an address that is not this host's, a privileged
+  port and a port another process listens on are problems. A reload skips the address the running server holds.
 - ``server.apiTokenFile``: read as the server reads it (``nvdaemon/server/token.py``, at most ``MAX_TOKEN_BYTES``);
   unreadable, too large or blank is a problem: the server would refuse every ``/v1/*`` request (it fails closed).
 - ``sinks.nvsentinel.tokenPath`` (only when that sink is enabled): the sink re-reads it on every call, and the kubelet
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from nvdaemon.config import LoadedConfig
 from nvdaemon.configcheck import ConfigIssue
+from nvdaemon.server import listen
 from nvdaemon.server.token import MAX_TOKEN_BYTES, read_token
 
 __all__ = ["MAX_TOKEN_BYTES", "bind_problem", "preflight", "token_problem"]
@@ -33,24 +34,17 @@ class Preflight:
     warnings: list[ConfigIssue] = field(default_factory=list)
 
 
-def split_listen_addr(addr: str) -> tuple[str, int]:
-    """(host, port) as the HTTP server (hypercorn) reads ``HOST:PORT``: brackets dropped, "" = every interface."""
-    host, _, port = addr.rpartition(":")
-    return host.replace("[", "").replace("]", ""), int(port)
-
-
 def bind_problem(addr: str) -> str | None:
-    """Why a TCP listener cannot be bound at ``addr`` (None: it can), found by binding one and closing it."""
+    """Why a TCP listener cannot be bound at ``addr`` (None: it can), found by binding the sockets the HTTP server
+    would bind (``nvdaemon/server/listen.py``: ``:PORT`` is every interface, dual-stack where the kernel allows it)
+    and closing them."""
+    host, _, port = addr.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    where = f"{host or 'every interface'} port {port}"
     try:
-        host, port = split_listen_addr(addr)
+        socks = listen.bind(addr, user_timeout_ms=1000, backlog=None)
     except ValueError:
         return "expected HOST:PORT"
-    where = f"{host or 'every interface'} port {port}"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
     except socket.gaierror as exc:
         return f"cannot resolve host {host!r}: {exc.strerror}"
     except OSError as exc:
@@ -61,6 +55,8 @@ def bind_problem(addr: str) -> str | None:
         if exc.errno == errno.EACCES:
             return f"cannot listen on {where}: port below 1024 needs privileges (CAP_NET_BIND_SERVICE)"
         return f"cannot listen on {where}: {exc.strerror or exc}"
+    for sock in socks:
+        sock.close()
     return None
 
 

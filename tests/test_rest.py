@@ -12,12 +12,14 @@ an array fails the decode as it fails ``encoding/json``; a timestamp must be wha
 from __future__ import annotations
 
 import datetime as dt
+import http.server
 import json
 import math
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -28,6 +30,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from nvdaemon import cli
 from nvdaemon.history.core import Acc
 from nvdaemon.history.store import HistoryStore
 from tests.test_e2e import ROOT, Agent, free_port, wait_for
@@ -223,3 +226,36 @@ def test_status_document_for_nvdaemon_state_behind_the_token(agent: Agent) -> No
     assert TOKEN not in done.stdout
     refused = subprocess.run(cmd[:-2], capture_output=True, text=True, timeout=30, check=False, cwd=ROOT)
     assert refused.returncode == 1 and "401" in refused.stderr
+
+
+def test_nvdaemon_state_reports_a_bad_token_file_or_a_non_json_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 1 with one line on stderr, not a traceback: a token file that is missing or empty, an answer that is
+    not JSON (something other than nvdaemon on that port)."""
+
+    class NotJson(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "9")
+            self.end_headers()
+            self.wfile.write(b"<html/>\r\n")
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotJson)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    try:
+        for args in (["--token-file", str(tmp_path / "missing")], ["--token-file", str(empty)], []):
+            assert cli.main(["state", url, *args]) == 1
+            err = capsys.readouterr().err
+            assert err.startswith("nvdaemon state: ") and err.count("\n") == 1, err
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -21,9 +21,12 @@ from nvdaemon.supervise import Supervisor
 from nvdaemon.tiers import CollectorStatus, TierSnapshot
 
 
+def make_config_text(tmp_path: Path, extra: str = "") -> str:
+    return f"node: n1\nstateDir: {tmp_path / 'state'}\nintervalSeconds: 10\n{extra}"
+
+
 def make_agent(tmp_path: Path, extra: str = "") -> Agent:
-    text = f"node: n1\nstateDir: {tmp_path / 'state'}\nintervalSeconds: 10\n{extra}"
-    return Agent(parse_config(text, "test.yaml", env={}))
+    return Agent(parse_config(make_config_text(tmp_path, extra), "test.yaml", env={}))
 
 
 def add_snapshot(agent: Agent, value: float = 3.5) -> None:
@@ -283,3 +286,34 @@ async def test_missing_token_file_at_start_fails_closed(tmp_path: Path) -> None:
     client = build_app(agent).test_client()  # building the app no longer fails: the server keeps its probes
     assert (await client.get("/v1/state", headers={"Authorization": "Bearer x"})).status_code == 401
     assert (await client.get("/readyz")).status_code == 503
+
+
+async def test_shutdown_does_not_wait_for_a_server_in_backoff(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The HTTP task failing (its port taken) sleeps in the supervisor's backoff, up to 60 s; a shutdown cancels it
+    rather than waiting for its next attempt, which only the end of shutdownGraceSeconds would otherwise cut."""
+    squatter = trio.socket.socket()
+    await squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    port = squatter.getsockname()[1]
+    host = tmp_path / "host"
+    host.mkdir()
+    autojump_clock.autojump_threshold = 0.05  # real seconds: a state write in a worker thread is not "idle"
+    extra = f"tiers: []\nsinks: {{metrics: {{listenAddr: '127.0.0.1:{port}'}}}}\nshutdownGraceSeconds: 30\n"
+    agent = Agent(parse_config(make_config_text(tmp_path, extra), "test.yaml", env={}), host_root=host)
+    with squatter:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.run)
+            await trio.sleep(600)  # many failed attempts: the backoff is at its longest (30-60 s)
+            assert agent.supervisor is not None
+            http = agent.supervisor.tasks["http"]
+            failures = http.consecutive_failures
+            assert failures >= 8
+            while http.consecutive_failures == failures:  # stop just after a failure: its whole backoff is ahead
+                await trio.sleep(1)
+            assert http.state == "backoff"
+            began = trio.current_time()
+            agent.stopping.set()
+        took = trio.current_time() - began
+    assert took < 5  # not the rest of the backoff (at least 29 s), nor the 30 s grace

@@ -128,7 +128,7 @@ async def serve(
 ) -> None:
     """Serve ``app`` on ``socks`` (closed on return; one cap over all of them) until ``shutdown_trigger`` returns,
     then stop accepting, close idle keep-alive connections and give the others ``hc.graceful_timeout`` (hypercorn's
-    order)."""
+    order); those still open then are closed, a write blocked on a peer that does not read included."""
     wrapped = wrap_app(app, hc.wsgi_max_body_size, "asgi")
     context = WorkerContext(None)
     state: dict[str, Any] = {}
@@ -143,7 +143,10 @@ async def serve(
 
     async def connection(stream: trio.SocketStream) -> None:
         try:
-            await _TCPServer(wrapped, hc, context, ConnectionState(state.copy()), stream).run()  # type: ignore[arg-type]
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_close_when_cancelled, stream)
+                await _TCPServer(wrapped, hc, context, ConnectionState(state.copy()), stream).run()  # type: ignore[arg-type]
+                nursery.cancel_scope.cancel()
         finally:
             gate.open -= 1
 
@@ -234,6 +237,18 @@ async def accept_loop(
                 nursery.start_soon(serve_lane, stream)
             else:
                 stream.socket.close()
+
+
+async def _close_when_cancelled(stream: trio.SocketStream) -> None:
+    """Close ``stream`` once this task is cancelled: at the end of the graceful timeout, on a cancellation from
+    outside, or when the connection has ended by itself (then it is closed already). Hypercorn writes with a
+    shielded ``send_all`` that no cancellation reaches; closing the socket wakes it (ClosedResourceError, which
+    hypercorn treats as the peer gone), so a peer that never reads cannot hold the server's stop until
+    TCP_USER_TIMEOUT."""
+    try:
+        await trio.sleep_forever()
+    finally:
+        stream.socket.close()
 
 
 async def _answer_probe(stream: trio.SocketStream, probe: Probe, deadline: float) -> None:

@@ -1,8 +1,10 @@
-"""The HTTP surface on one port: /metrics, /healthz, /readyz, /v1/state (hypercorn's trio worker + quart-trio).
+"""The HTTP surface on one port: /metrics, /healthz, /readyz, /v1/state, /v1/status, /v1/events, /v1/history
+(hypercorn's trio worker + quart-trio, HTTP/1.1 only).
 
 ``/metrics``, ``/healthz`` and ``/readyz`` are always open (kubelet and Prometheus must reach them); ``/v1/*`` is
-guarded by a bearer token when ``server.apiTokenFile`` is set, compared in constant time; that file (at most 4 KiB)
-is stat'ed on every guarded request and re-read when it changes, or at least every second (``ApiToken``). Every
+guarded by a bearer token when ``server.apiTokenFile`` is set, compared in constant time; that file (at most
+``MAX_TOKEN_BYTES``, 8 KiB) is stat'ed on every guarded request and re-read when it changes, or at least every second
+(``ApiToken``). Every
 error is JSON. Request bodies (maxRequestBytes), request heads (headerTimeoutSeconds, 16 KiB), idle keep-alive
 connections (idleTimeoutSeconds), open connections (maxConnections) and inbound websocket messages
 (maxWebsocketMessageBytes) are bounded so a misbehaving client cannot hold memory, descriptors or a connection;

@@ -1,5 +1,5 @@
 """What sits between hypercorn (0.17-0.18, trio worker) and the quart-trio app: the probes' fast path, a bound on
-requests worked on at once, and two corrections to how hypercorn and quart-trio behave together.
+requests worked on at once, and corrections to how hypercorn behaves, alone and with quart-trio.
 
 **Probes first** (``front``). Under load every request waits, at each of its task switches (accept, the connection
 task, its read, the app task, quart's two tasks per request), for one pass of trio's scheduler over every other
@@ -19,7 +19,14 @@ cancels itself as soon as its ``handle_messages`` task receives that ``http.disc
 the next checkpoint of the same ``send`` (the idle timer's lock, or ``send_eof``), so the timer was never restarted
 and the close never happened: after one request a connection lived for ever. Shielding that one final ``send``
 lets hypercorn finish; it cannot hang, because the only blocking part, writing to the socket, is already shielded by
-hypercorn and bounded by TCP_USER_TIMEOUT (``nvdaemon/server/listen.py``).
+hypercorn and bounded by TCP_USER_TIMEOUT (``nvdaemon/server/listen.py``), and on a stop by the graceful timeout,
+after which the connection is closed under it (``nvdaemon/server/accept.py``).
+
+**HTTP/1.1 only** (``Http11Only``). On a plaintext connection hypercorn switches to HTTP/2 when a client sends the
+prior-knowledge preface or ``Upgrade: h2c``; an HTTP/2 connection runs up to 100 requests at once with 64 KiB
+heads, which the bounds here (one request per connection under the connection cap, 16 KiB heads) do not cover, and
+the Go agent's server speaks HTTP/1.1 only. Hypercorn asks the protocol's ``_check_protocol`` whether to switch;
+the subclass never does.
 
 **Inbound websocket messages** (``BoundedWSStream``). Hypercorn enforces ``websocket_max_message_size`` in
 ``WebsocketBuffer.extend``, *after* appending each fragment, and after sending close 1009 it keeps the connection,
@@ -106,8 +113,16 @@ class BoundedWSStream(WSStream):
             await self.send(StreamClosed(stream_id=self.stream_id))
 
 
+class Http11Only(hypercorn.protocol.h11.H11Protocol):
+    async def _check_protocol(self, event: Any) -> None:
+        """Never switch to HTTP/2: ``Upgrade: h2c`` is ignored and the prior-knowledge preface is an HTTP/1.1 request
+        like any other (an error answer)."""
+
+
 def install() -> None:
-    """Make hypercorn's HTTP/1.1 and HTTP/2 protocols create ``BoundedWSStream`` for websocket upgrades. Idempotent;
-    hypercorn offers no hook for its stream class, so the module attribute it looks the class up by is replaced."""
+    """Make hypercorn speak HTTP/1.1 only (``Http11Only``) and create ``BoundedWSStream`` for websocket upgrades.
+    Idempotent; hypercorn offers no hook for its protocol or stream classes, so the module attributes it looks
+    them up by are replaced."""
+    setattr(hypercorn.protocol, "H11Protocol", Http11Only)  # noqa: B010 (not a re-export mypy should see)
     for module in (hypercorn.protocol.h11, hypercorn.protocol.h2):
-        setattr(module, "WSStream", BoundedWSStream)  # noqa: B010 (not a re-export mypy should see)
+        setattr(module, "WSStream", BoundedWSStream)  # noqa: B010

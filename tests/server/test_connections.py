@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,52 @@ async def test_probes_answer_while_every_work_slot_is_held(tmp_path: Path, monke
             assert (await waiting.response())[0] == 200
             for conn in stuck:
                 assert (await conn.response())[2] == b"done"
+
+
+async def test_shutdown_ends_a_connection_whose_peer_never_reads(tmp_path: Path) -> None:
+    """Hypercorn writes with a shielded send_all, which neither the graceful timeout nor a cancellation ends; only
+    the kernel would, after TCP_USER_TIMEOUT (headerTimeoutSeconds, 120 s here). The server's stop must not wait
+    for it: at the end of the graceful timeout the connection is closed under the blocked write."""
+    agent = make_agent(tmp_path, "{headerTimeoutSeconds: 120, idleTimeoutSeconds: 120}", "shutdownGraceSeconds: 1\n")
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    gave_up: list[bool] = []
+
+    async def give_up() -> None:  # ends the test's wait if the server does not stop; closing resets the connection
+        await trio.sleep(DEADLINE)
+        gave_up.append(True)
+        sock.close()
+
+    async with trio.open_nursery() as watchdog:
+        async with serving(agent) as (host, port):
+            await sock.connect((host, port))
+            client = trio.SocketStream(sock)
+            pipelined = b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n" * 2000  # answers fill every buffer, unread
+            stalled = False
+            while not stalled:
+                with trio.move_on_after(1) as waited:
+                    await client.send_all(pipelined)
+                stalled = waited.cancelled_caught  # the server stopped reading: its own write is blocked
+            watchdog.start_soon(give_up)
+        watchdog.cancel_scope.cancel()  # leaving `serving` stopped the server
+    sock.close()
+    assert not gave_up, "the server's stop waited for a peer that never reads"
+
+
+async def test_http2_is_not_spoken(tmp_path: Path) -> None:
+    """Only HTTP/1.1, as the Go agent's server: hypercorn would switch a plaintext connection to HTTP/2 on the
+    prior-knowledge preface or on ``Upgrade: h2c``, and then take 100 requests at once on it, with 64 KiB heads."""
+    agent = make_agent(tmp_path, "{headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
+    async with serving(agent) as (host, port):
+        upgrade = await Conn.open(host, port)
+        with trio.fail_after(DEADLINE):
+            status, headers, body = await upgrade.get(
+                "/metrics",
+                "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n",
+            )
+        assert status == 200 and headers.get("upgrade") is None and b"nodevitals_" in body
+        preface = await Conn.open(host, port)
+        await preface.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        with trio.fail_after(DEADLINE):
+            answer = await preface.closed_by_server()
+        assert answer.startswith(b"HTTP/1.1 4"), answer[:200]  # an HTTP/1.1 error, not HTTP/2 SETTINGS
