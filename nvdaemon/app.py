@@ -271,9 +271,8 @@ class Agent:
 
         What can fail is tried before anything changes (``reloading.prepare_reload``: the file, the host checks, the
         rules, and a trial state write when rules are retired). A failure while applying after all (a sink that
-        cannot be built, the server's restart) rolls back to the running config: its rules, sinks, tier loops and
-        server. A state write the disk refuses after the trial is no such failure: the state stays in memory and is
-        saved on a later write (``persist_engine``), as on any tick. A rejected reload is logged and counted
+        cannot be built, the engine state the disk refuses after the trial, the server's restart) rolls back to the
+        running config: its rules, sinks, tier loops and server. A rejected reload is logged and counted
         (``nodevitals_config_reloads_total{result="rejected"}``, ``nodevitals_config_last_reload_successful`` 0).
         """
         try:
