@@ -18,9 +18,10 @@ one HealthEvent per call, and *reported* advances (and is written) only after th
   earlier install left on the node for it.
 - XIDs clear only on a reboot: when the boot id (``<procRoot>/sys/kernel/random/boot_id``) differs from the one in
   the state file, the XIDs raised before it are dropped from *desired*, so a healthy event goes out for each.
-- A lost GPU (``gpu_lost`` ENTER) stays desired-unhealthy, persisted, until that GPU answers again: its ``gpu_lost``
-  EXIT, or, after a restart of the agent (which forgets which GPUs its gpu tier saw lost), the gpu tier's list of
-  GPUs whose last snapshot succeeded (``gpus_answering``). A reboot alone does not clear it.
+- A lost GPU (``gpu_lost`` ENTER, from the bus or, every tick, from the gpu tier's list of GPUs lost now, so one
+  lost before this sink subscribed is not missed) stays desired-unhealthy, persisted, until that GPU answers again:
+  its ``gpu_lost`` EXIT, or, after a restart of the agent (which forgets which GPUs its gpu tier saw lost), the gpu
+  tier's list of GPUs whose last snapshot succeeded (``gpus_answering``). A reboot alone does not clear it.
 
 The gRPC stub is synchronous (grpc.aio does not run under trio) and called through ``trio.to_thread.run_sync`` with
 a CapacityLimiter(1) of its own; a new channel per call, so a restarted platform-connector is reached at once
@@ -607,7 +608,12 @@ class NvsentinelHealthSink(Sink):
         gpu_enabled = "gpu" in agent.loaded.tiers
         xid_enabled = gpu_enabled and agent.loaded.config.gpu.xid
         rec = self.reconciler
-        if agent.gpu is not None:  # a GPU lost before a restart of the agent clears once it answers in this one
+        if agent.gpu is not None:
+            # A GPU lost before this sink subscribed (enabled or replaced by a reload: its ENTER went to no one, or to
+            # the sink that was stopped) is reported all the same; noting a known one again changes nothing.
+            for ev in agent.gpu.lost_enters():
+                rec.note_event(ev)
+            # A GPU lost before a restart of the agent clears once it answers in this one.
             rec.gpus_answering(agent.gpu.answering())
         desired = rec.desired(agent.engine.active.values(), rules)
         return desired, rec.checks(agent.loaded.config.rules, xid_enabled, gpu_enabled)
