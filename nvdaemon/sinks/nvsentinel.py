@@ -1,9 +1,9 @@
 """NVSentinel: a reconciler that keeps the platform-connector's view of this node equal to ours (DESIGN §7, §8).
 
-*Desired* health per (checkName, entities, errorCode) comes from the engine's active conditions and the XIDs raised
-since boot (``nvsentinel_map``); *reported* health is what the platform-connector acknowledged, persisted in
-``stateDir/nvsentinel.json``. On every bus event and every ``intervalSeconds`` tick the difference is published,
-one HealthEvent per call, and *reported* advances (and is written) only after the call returned OK.
+*Desired* health per (checkName, entities, errorCode) comes from the engine's active conditions, the XIDs raised
+since boot and the GPUs lost (``nvsentinel_map``); *reported* health is what the platform-connector acknowledged,
+persisted in ``stateDir/nvsentinel.json``. On every bus event and every ``intervalSeconds`` tick the difference is
+published, one HealthEvent per call, and *reported* advances (and is written) only after the call returned OK.
 
 - Socket gate: the socket is stat'ed before every attempt; missing (ENOENT only) means skip (counted), no retry,
   nothing advanced; the next tick sends again with a fresh ``generatedTimestamp``. Any other stat error counts as
@@ -216,7 +216,8 @@ class _Persisted(msgspec.Struct, rename="camel"):
 
 def xid_record(ev: Event) -> XidRecord | None:
     """An XID event of the GPU tier: condition ``gpu_xid_error``, detail ``{xid, description, gpu_uuid, pci_bus_id}``
-    (nvdaemon/gpu/events.py); where the tier did not know the uuid or PCI address, the device stands for the GPU."""
+    and ``pods`` under pod attribution (nvdaemon/gpu/events.py); where the tier did not know the uuid or PCI address,
+    the device stands for the GPU."""
     d = ev.detail
     try:
         xid = int(str(d.get("xid")))
@@ -234,8 +235,8 @@ def xid_record(ev: Event) -> XidRecord | None:
 
 
 def lost_record(ev: Event) -> LostGpu:
-    """A ``gpu_lost`` event of the GPU tier: device ``gpu<index>``, detail ``{gpu_uuid, pci_bus_id, error}``
-    (nvdaemon/gpu/events.py), the identity the tier last knew."""
+    """A ``gpu_lost`` event of the GPU tier: device ``gpu<index>``, detail ``{gpu_uuid, pci_bus_id, error}`` and
+    ``pods`` under pod attribution (nvdaemon/gpu/events.py), the identity the tier last knew."""
     d = ev.detail
     return LostGpu(
         device=ev.device,
