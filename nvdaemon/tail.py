@@ -89,8 +89,12 @@ def format_line(envelope: dict[str, Any], colour: bool) -> str:
         if detail.get("reason"):
             what += f" reason={detail['reason']}"
     pods = detail.get("pods")
-    if isinstance(pods, list) and pods:  # GPU pod attribution: who held the GPU
-        what += " pods=" + ",".join(f"{p.get('namespace')}/{p.get('pod')}/{p.get('container')}" for p in pods)
+    # GPU pod attribution: who held the GPU (ns/pod/container, as NVSentinel's message text names them). An entry
+    # that is not an object is skipped: a stream's odd event must not end the tail.
+    entries = pods if isinstance(pods, list) else []
+    names = [f"{p.get('namespace')}/{p.get('pod')}/{p.get('container')}" for p in entries if isinstance(p, dict)]
+    if names:
+        what += " pods=" + ",".join(names)
     # The envelope's time is the transition's (RFC 3339, UTC): data's ended_at on an EXIT, else its started_at.
     stamp = str(envelope.get("time") or ev.get("ended_at") or ev.get("started_at") or "?")
     sev = f"{severity:<8}"

@@ -69,6 +69,7 @@ class GpuRuntime:
         self.last_xid: dict[int, int] = {}  # gpu index -> last XID (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS)
         self.lost: dict[int, float] = {}  # gpu index -> when it was found lost
         self.lost_pods: dict[int, list[dict[str, str]] | None] = {}  # gpu index -> holders at the gpu_lost ENTER
+        self._lost_enters: dict[int, Event] = {}  # gpu index -> its gpu_lost ENTER, while the GPU stays lost
         self.pod_attribution: PodAttribution | None = None  # set by the source:podresources task while it runs
         self._answering: dict[int, GpuIdentity] = {}  # gpu index -> identity, for GPUs whose last snapshot succeeded
 
@@ -120,10 +121,13 @@ class GpuRuntime:
         if lost and index not in self.lost:
             self.lost[index] = now
             pods = self.lost_pods[index] = self.pods(index)  # the EXIT names the holders of its ENTER
-            self.emit([gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, error=error, pods=pods)])
+            enter = gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, error=error, pods=pods)
+            self._lost_enters[index] = enter
+            self.emit([enter])
         elif not lost and index in self.lost:
             started = self.lost.pop(index)
             pods = self.lost_pods.pop(index, None)
+            self._lost_enters.pop(index, None)
             ev = gpu_lost_event(
                 ident, node=self.node, seq=self.next_seq(), now=now, started_at=started, recovered=True, pods=pods
             )
@@ -133,6 +137,10 @@ class GpuRuntime:
         """The library stopped answering: every GPU known now is lost (``gpu_lost`` ENTER once each)."""
         for index in sorted(self.identities):
             self.set_lost(self.identity(index), True, now, error)
+
+    def lost_enters(self) -> list[Event]:
+        """The ``gpu_lost`` ENTER of every GPU lost now, for a sink that was not subscribed when it was published."""
+        return [self._lost_enters[i] for i in sorted(self._lost_enters)]
 
     def answering(self) -> list[tuple[str, str, str]]:
         """(device, uuid, PCI address) of every GPU whose last snapshot succeeded."""

@@ -80,8 +80,9 @@ def resolve(device_id: str, keys: GpuKeys) -> tuple[int, bool] | None:
         index = keys.by_uuid.get(m["parent"])
         return None if index is None else (index, True)
     if device_id.startswith("MIG-"):
-        base = _REPLICA.match(device_id)  # a shared MIG slice: MIG-<uuid>::<n>
-        index = keys.by_mig.get(base["base"] if base else device_id)
+        if base := _REPLICA.match(device_id):  # a shared MIG slice, in either form: MIG-<uuid>::<n>
+            return resolve(base["base"], keys)
+        index = keys.by_mig.get(device_id)
         return None if index is None else (index, True)
     if m := _MIG_INDEX.match(device_id):
         index = int(m["index"] or m["gke"])

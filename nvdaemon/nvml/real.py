@@ -44,6 +44,8 @@ class RealNvml:
         self._event_set: Any = None
         self._registered: list[int] = []
         self._no_mig: set[int] = set()  # GPUs that answered NOT_SUPPORTED to nvmlDeviceGetMigMode: never asked again
+        # (index, what) already warned about: a GPU lost before the agent started is asked every tick, logged once
+        self._warned: set[tuple[int, str]] = set()
 
     # ---- error classification -----------------------------------------------------------------------------------
     def _code(self, exc: BaseException) -> int | None:
@@ -99,7 +101,7 @@ class RealNvml:
             if handle is None:
                 handle = self._handles[index] = lib.nvmlDeviceGetHandleByIndex(index)
         except lib.NVMLError as exc:
-            log.warning("gpu%d: no handle: %s", index, exc)
+            self._warn_once(index, "handle", f"gpu{index}: no handle: {exc}")
             return GpuIdentity(index)
         if index in self._identities:
             return self._identities[index]
@@ -113,11 +115,18 @@ class RealNvml:
             try:
                 parts[key] = _text(fn())
             except lib.NVMLError as exc:
-                log.warning("gpu%d: %s unknown: %s", index, key, exc)
+                self._warn_once(index, key, f"gpu{index}: {key} unknown: {exc}")
         ident = GpuIdentity(index, **parts, mig_uuids=self._mig_uuids(index, handle))
         if ident.uuid:  # complete enough to keep; a lost GPU is asked again later
             self._identities[index] = ident
         return ident
+
+    def _warn_once(self, index: int, what: str, message: str) -> None:
+        if (index, what) in self._warned:
+            log.debug("%s", message)
+            return
+        self._warned.add((index, what))
+        log.warning("%s", message)
 
     def _mig_uuids(self, index: int, handle: Any) -> tuple[str, ...]:
         """The UUIDs of the MIG devices on a GPU in MIG mode (how device plugins name slices); () otherwise."""

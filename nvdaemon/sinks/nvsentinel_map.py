@@ -1,8 +1,9 @@
 """Our conditions and XIDs as NVSentinel HealthEvents, and the reconciler's plan. Pure: no I/O, no trio, no protobuf.
 
 The unit the reconciler tracks is a ``Health``: one unhealthy (checkName, entities, errorCode) with the fields the
-platform-connector acts on. *Desired* health comes from the engine's active conditions and the XIDs raised since
-boot; *reported* health is what the platform-connector acknowledged. ``plan`` turns the two into the events to send.
+platform-connector acts on. *Desired* health comes from the engine's active conditions, the XIDs raised since boot
+and the GPUs lost; *reported* health is what the platform-connector acknowledged. ``plan`` turns the two into the
+events to send.
 
 Defaults for a rule (each overridable in the rule's ``nvsentinel:`` block):
 

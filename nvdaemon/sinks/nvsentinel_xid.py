@@ -10,8 +10,8 @@ Sources (every entry names one; ``XID_SOURCES`` says what each means):
   ``distros/kubernetes/nvsentinel/charts/gpu-health-monitor/xiderrorsmapping.csv``: code, mnemonic, bucket, fatality),
   with the bucket turned into a RecommendedAction the way NVSentinel's syslog monitor does it
   (``health-monitors/syslog-health-monitor/pkg/common/common.go`` ``MapActionStringToProto``): a bucket that is an
-  action name is that action; RESTART_APP and IGNORE are NONE; RESET_GPU and WORKFLOW_XID_48 are COMPONENT_RESET;
-  any other bucket (UNEXPECTED_ERR_REPORT_ISSUE, WORKFLOW_NVLINK_ERR, ...) is CONTACT_SUPPORT.
+  action name is that action; RESTART_APP and IGNORE are NONE; RESET_GPU, WORKFLOW_XID_48 and RESET_FABRIC are
+  COMPONENT_RESET; any other bucket (UNEXPECTED_ERR_REPORT_ISSUE, WORKFLOW_NVLINK_ERR, ...) is CONTACT_SUPPORT.
 - ``nvidia-xid-catalogue-nonfatal``: the catalogue marks the code non-fatal and its bucket is a workflow that defers
   to the XID it accompanies (which we report on its own), so no action of its own: NONE. NVSentinel's syslog monitor
   (at the revision read) has no case for that bucket and sends CONTACT_SUPPORT; ``xidActions`` restores that.
@@ -34,6 +34,12 @@ XID_SOURCES: dict[str, str] = {
     UNSOURCED: "no source found: CONTACT_SUPPORT until one is",
 }
 UNKNOWN_XID_ACTION = "CONTACT_SUPPORT"
+# Every RecommendedAction name (health_event.proto; nvsentinel_map.RECOMMENDED_ACTIONS has their numbers): a bucket
+# spelled as one is that action.
+ACTION_NAMES = frozenset(
+    {"NONE", "COMPONENT_RESET", "CONTACT_SUPPORT", "RUN_FIELDDIAG", "RESTART_VM", "RESTART_BM", "REPLACE_VM"}
+    | {"RUN_DCGMEUD", "CUSTOM", "UNKNOWN"}
+)
 
 
 class XidEntry(NamedTuple):
@@ -73,11 +79,12 @@ XID_DESCRIPTIONS: dict[int, str] = {xid: e.description for xid, e in XID_CATALOG
 
 def bucket_action(bucket: str) -> str:
     """A catalogue resolution bucket as a RecommendedAction, NVSentinel's syslog monitor's rule (see above)."""
-    if bucket in ("NONE", "COMPONENT_RESET", "CONTACT_SUPPORT", "RUN_FIELDDIAG", "RESTART_VM", "RESTART_BM"):
+    bucket = bucket.strip()
+    if bucket in ACTION_NAMES:
         return bucket
     if bucket in ("RESTART_APP", "IGNORE"):
         return "NONE"
-    if bucket in ("RESET_GPU", "WORKFLOW_XID_48"):
+    if bucket in ("RESET_GPU", "WORKFLOW_XID_48", "RESET_FABRIC"):
         return "COMPONENT_RESET"
     return "CONTACT_SUPPORT"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import inspect
+import logging
 import shutil
 import subprocess
 import sys
@@ -122,6 +123,21 @@ def test_gpu_is_lost_raises_gpu_lost() -> None:
     assert backend.snapshot(0).readings
     with pytest.raises(GpuLost, match="gpu1"):
         backend.snapshot(1)
+
+
+def test_a_gpu_lost_before_open_is_warned_about_once_not_every_tick(caplog: pytest.LogCaptureFixture) -> None:
+    lib = RecordingNvml(gpus=2)
+    for call in ("nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetPciInfo", "nvmlDeviceGetUtilizationRates"):
+        lib.errors[1][call] = pynvml.NVML_ERROR_GPU_IS_LOST
+    backend = RealNvml(lib)
+    with caplog.at_level(logging.WARNING, logger="nvdaemon.nvml.real"):
+        assert backend.open()[1].uuid == ""
+        for _ in range(5):  # five gpu ticks
+            with pytest.raises(GpuLost):
+                backend.snapshot(1)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert sorted(w.split(" unknown")[0] for w in warnings) == ["gpu1: name", "gpu1: pci_bus_id", "gpu1: uuid"]
+    assert [c for c in lib.calls if c[0] == "nvmlDeviceGetUUID" and c[1] is lib.handles[1]][5:]  # still asked
 
 
 def test_xid_registration_is_masked_by_supported_types_then_wait_and_free() -> None:

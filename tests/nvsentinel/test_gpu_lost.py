@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.config import load_config, parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.nvml.fake import FakeNvml
 from nvdaemon.proto import health_event_pb2 as pb
@@ -263,3 +263,38 @@ async def test_nvml_that_stops_answering_reports_every_gpu_lost_until_each_answe
         fake.set_lost(5, False)
         await wait_until(lambda: status(connector) == "False")
         agent.stopping.set()
+
+
+async def test_a_gpu_lost_before_a_reload_enables_the_sink_is_reported(
+    tmp_path: Path, connector: FakeConnector, socket_path: Path, token_file: Path
+) -> None:
+    """The gpu_lost ENTER went out while no NVSentinel sink was subscribed; the sink a reload starts reports the GPU
+    that is still lost (from the gpu tier's list of GPUs lost now), and clears it when the GPU answers."""
+    connector.start()
+    config = tmp_path / "config.yaml"
+
+    def write(enabled: bool) -> None:
+        config.write_text(
+            f"node: node-a\ntiers: [gpu]\nintervalSeconds: 0.05\nstateDir: {tmp_path / 'state'}\n"
+            f"procRoot: {tmp_path / 'proc'}\ngpu: {{backend: fake, fakeScenario: '{LOST_NO_XID}'}}\n"
+            f"sinks:\n  metrics: {{listenAddr: '127.0.0.1:0'}}\n  stream: {{enabled: false}}\n"
+            f"  nvsentinel: {{enabled: {str(enabled).lower()}, socketPath: {socket_path}, tokenPath: {token_file}}}\n"
+        )
+
+    write(False)
+    agent = Agent(load_config(str(config), env={}), config_path=str(config))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(agent.run)
+        await wait_until(lambda: agent.gpu is not None and 5 in agent.gpu.lost)
+        assert connector.ok_events() == []
+        write(True)
+        await agent.reload()
+        assert "nvsentinel" in agent.sinks
+        await wait_until(lambda: status(connector) == "True")
+        (fault,) = faults(connector)
+        assert entities(fault) == {("GPU", "5"), ("GPU_UUID", UUID5), ("PCI", PCI5)}
+        assert agent.gpu is not None and isinstance(agent.gpu.backend, FakeNvml)
+        agent.gpu.backend.set_lost(5, False)
+        await wait_until(lambda: status(connector) == "False")
+        agent.stopping.set()
+    assert len(faults(connector)) == 1

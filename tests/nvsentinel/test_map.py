@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from nvdaemon.config import RuleNvsentinel
 from nvdaemon.engine import ActiveCondition
 from nvdaemon.sinks.nvsentinel_map import (
+    RECOMMENDED_ACTIONS,
     CheckSpec,
     Entity,
     LostGpu,
@@ -27,6 +28,7 @@ from nvdaemon.sinks.nvsentinel_map import (
     xid_health,
 )
 from nvdaemon.sinks.nvsentinel_xid import (
+    ACTION_NAMES,
     UNSOURCED,
     XID_ACTIONS,
     XID_CATALOGUE,
@@ -235,7 +237,10 @@ def test_every_xid_entry_names_its_source_and_follows_its_bucket() -> None:
         ("IGNORE", "NONE"),
         ("RESET_GPU", "COMPONENT_RESET"),
         ("WORKFLOW_XID_48", "COMPONENT_RESET"),
+        ("RESET_FABRIC", "COMPONENT_RESET"),
         ("RESTART_BM", "RESTART_BM"),
+        ("REPLACE_VM", "REPLACE_VM"),
+        (" RESET_GPU ", "COMPONENT_RESET"),  # the catalogue has cells with stray spaces; NVSentinel trims them
         ("UNEXPECTED_ERR_REPORT_ISSUE", "CONTACT_SUPPORT"),
         ("WORKFLOW_NVLINK_ERR", "CONTACT_SUPPORT"),
         ("CHECK_MECHANICALS", "CONTACT_SUPPORT"),
@@ -243,6 +248,10 @@ def test_every_xid_entry_names_its_source_and_follows_its_bucket() -> None:
 )
 def test_bucket_action(bucket: str, action: str) -> None:
     assert bucket_action(bucket) == action
+
+
+def test_every_action_name_is_a_recommended_action() -> None:
+    assert set(RECOMMENDED_ACTIONS) == ACTION_NAMES
 
 
 def test_lost_gpu_is_fatal_restart_bm_with_the_gpu_entities() -> None:

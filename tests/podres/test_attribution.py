@@ -23,6 +23,8 @@ KEYS = keys_for([(0, U0, ()), (1, U1, (MIG,)), (2, "", ())])
         (MIG, (1, True)),  # R470+ MIG device UUID, parent through NVML
         (MIG + "::1", (1, True)),  # shared MIG slice
         (f"MIG-{U0}/1/0", (0, True)),  # pre-R470 MIG id names its parent
+        (f"MIG-{U0}/1/0::2", (0, True)),  # shared, pre-R470
+        ("1:0::1", (1, True)),  # shared, index strategy
         ("1:0", (1, True)),  # index strategy, MIG slice 0 of GPU 1
         ("nvidia0/gi2", (0, True)),  # GKE MIG
         ("nvidia0/gi2/vgpu1", (0, True)),

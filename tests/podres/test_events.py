@@ -144,3 +144,15 @@ def test_fake_scenario_mig_list_and_config_defaults() -> None:
         "/var/lib/kubelet/pod-resources/kubelet.sock",
         5.0,
     )
+
+
+def test_tail_skips_pods_entries_that_are_not_objects() -> None:
+    """A stream event whose detail.pods holds something other than objects prints without them, never a crash."""
+
+    def line(pods: object) -> str:
+        data = {"node": "n", "severity": "critical", "phase": "ENTER", "detail": {"pods": pods}}
+        return format_line({"time": "t", "data": data}, colour=False)
+
+    assert line(["ml/train/main", {"namespace": "ml", "pod": "p", "container": "c"}, 7]).endswith(" pods=ml/p/c")
+    assert "pods=" not in line(["ml/train/main"])
+    assert "pods=" not in line(7)

@@ -11,6 +11,7 @@ from nvdaemon.app import Agent
 from nvdaemon.compat.dcgm import render_dcgm
 from nvdaemon.config import load_config
 from nvdaemon.gpu.podresources import TASK_NAME
+from nvdaemon.nvml.fake import FakeNvml
 from tests.gpu.conftest import HEALTHY, wait_until
 from tests.podres.kubelet import TestKubelet, pod
 
@@ -59,4 +60,27 @@ async def test_reload_stops_starts_and_restarts_the_refresh(tmp_path: Path) -> N
             await agent.reload()
             await wait_until(lambda: b'pod="from-a"' in render_dcgm(agent))
             assert a.calls["List"] > calls_a
+            agent.stopping.set()
+
+
+async def test_a_hanging_kubelet_never_holds_up_the_gpu_tier(tmp_path: Path) -> None:
+    """The kubelet accepts List and never answers, with a deadline far longer than the test: the gpu tier keeps
+    ticking (the fake NVML advances one step per tick) and its events keep flowing, while the one call is stuck."""
+    config = tmp_path / "config.yaml"
+    text = CONFIG.format(state=tmp_path / "state", scenario=HEALTHY, on="true", socket=tmp_path / "k.sock")
+    config.write_text(text.replace("podResourcesSocket:", "podResourcesTimeoutSeconds: 600, podResourcesSocket:"))
+    with TestKubelet(tmp_path / "k.sock") as kubelet:
+        kubelet.set_mode("hang")
+        agent = Agent(load_config(str(config), env={}), config_path=str(config))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.run)
+            await wait_until(lambda: kubelet.calls["List"] >= 1)
+            assert agent.gpu is not None and isinstance(agent.gpu.backend, FakeNvml)
+            fake = agent.gpu.backend
+            start = fake.tick
+            await wait_until(lambda: fake.tick >= start + 20)  # 20 ticks of 0.05 s, the List still unanswered
+            fake.set_lost(3, True)
+            await wait_until(lambda: 3 in agent.gpu.lost if agent.gpu is not None else False)
+            assert kubelet.calls["List"] == 1 and agent.gpu.pod_attribution is not None
+            assert not agent.gpu.pod_attribution.up
             agent.stopping.set()

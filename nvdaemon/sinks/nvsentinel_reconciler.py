@@ -1,0 +1,398 @@
+"""NVSentinel's reconciler: keeps the platform-connector's view of this node equal to ours (DESIGN §7, §8).
+
+*Desired* health per (checkName, entities, errorCode) comes from the engine's active conditions, the XIDs raised
+since boot and the GPUs lost (``nvsentinel_map``); *reported* health is what the platform-connector acknowledged,
+persisted in ``stateDir/nvsentinel.json`` (``nvsentinel_state``). Each difference is published, one HealthEvent per
+call (``nvsentinel_wire``), and *reported* advances (and is written) only after the call returned OK.
+
+- A missing socket skips the send (counted), no retry, nothing advanced; the next tick sends again with a fresh
+  ``generatedTimestamp``.
+- Retries (``maxAttempts``, ``retryInitialSeconds`` x ``retryMultiplier``, +-``retryJitter``) only on what
+  ``classify`` calls retryable; any other answer is a rejection: counted, not retried now, tried again on the next
+  tick (the difference is still there).
+- Healthy baseline: the first time a configured check is seen, a healthy event with no entities clears whatever an
+  earlier install left on the node for it.
+- XIDs clear only on a reboot: when the boot id differs from the one in the state file, the XIDs raised before it
+  are dropped from *desired*, so a healthy event goes out for each.
+- A lost GPU (``gpu_lost`` ENTER, from the bus or, every tick, from the gpu tier's list of GPUs lost now, so one
+  lost before the sink subscribed is not missed) stays desired-unhealthy, persisted, until that GPU answers again:
+  its ``gpu_lost`` EXIT, or, after a restart of the agent (which forgets which GPUs its gpu tier saw lost), the gpu
+  tier's list of GPUs whose last snapshot succeeded (``gpus_answering``). A reboot alone does not clear it.
+
+Sends run through ``trio.to_thread.run_sync`` with a CapacityLimiter(1) of the reconciler's own.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import grpc
+import msgspec
+import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from nvdaemon.config import NvsentinelSink, Rule
+from nvdaemon.engine import ActiveCondition
+from nvdaemon.model import Event, Phase, new_event_id
+from nvdaemon.sinks.nvsentinel_map import (
+    LOST_CONDITION,
+    XID_CONDITION,
+    Change,
+    CheckSpec,
+    Health,
+    Key,
+    LostGpu,
+    XidRecord,
+    lost_check,
+    lost_health,
+    merge,
+    plan,
+    rule_check,
+    rule_health,
+    xid_check,
+    xid_health,
+)
+from nvdaemon.sinks.nvsentinel_state import Persisted, lost_record, read_boot_id, xid_record
+from nvdaemon.sinks.nvsentinel_wire import (
+    GrpcPublisher,
+    Publisher,
+    SendError,
+    SocketMissing,
+    TokenError,
+    classify,
+    to_proto,
+)
+from nvdaemon.statefile import atomic_write, quarantine
+
+log = logging.getLogger("nvdaemon.sinks.nvsentinel")  # the sink's logger: one name for all its lines
+
+
+class Reconciler:
+    """Desired vs reported, the sends and their counters. Touched only from the trio thread (sends in a worker)."""
+
+    def __init__(
+        self,
+        settings: NvsentinelSink,
+        *,
+        node: str,
+        state_path: Path,
+        boot_id_path: Path | None,
+        publisher: Publisher | None = None,
+        jitter: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.node = node
+        self.state_path = state_path
+        self.boot_id_path = boot_id_path
+        self.publisher: Publisher = publisher or GrpcPublisher(
+            settings.socket_path, settings.token_path, settings.call_timeout_seconds
+        )
+        self.jitter = jitter
+        self.clock = clock
+        self.limiter = trio.CapacityLimiter(1)
+        self.reported: dict[Key, Health] = {}
+        self.baselined: set[str] = set()
+        self.xids: dict[tuple[int, str, str, str], XidRecord] = {}
+        self.lost: dict[tuple[str, str, str], LostGpu] = {}
+        self.boot_id = ""
+        self.dirty = False
+        self.state_error: str | None = None  # why the last state write failed (a full or read-only stateDir)
+        # counters and status
+        self.success = 0
+        self.skipped = 0
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.pending = 0
+        self.socket_present: bool | None = None
+        self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        self.version = 0  # bumped whenever something /metrics or /v1/status shows changed
+
+    # ---- state -------------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Read the state file and the boot id (sync: call in a thread). A damaged file is moved aside."""
+        state = Persisted()
+        try:
+            data = self.state_path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        if data:
+            try:
+                state = msgspec.json.decode(data, type=Persisted)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                quarantine(self.state_path, str(exc))
+        self.reported = {h.key: h for h in state.reported}
+        self.baselined = set(state.baselined)
+        self.xids = {self._xid_key(x): x for x in state.xids}
+        self.lost = {self._lost_key(g): g for g in state.lost}
+        self.boot_id = state.boot_id
+        boot = read_boot_id(self.boot_id_path)
+        if boot is None:
+            log.warning("nvsentinel: boot id unreadable at %s; XIDs will not clear on reboot", self.boot_id_path)
+            return
+        if self.boot_id and boot != self.boot_id and self.xids:
+            log.info("nvsentinel: boot id changed (reboot): clearing %d XID condition(s)", len(self.xids))
+            self.xids.clear()
+        if boot != self.boot_id:
+            self.boot_id = boot
+            self.dirty = True
+
+    def dump(self) -> bytes:
+        return msgspec.json.encode(
+            Persisted(
+                boot_id=self.boot_id,
+                baselined=sorted(self.baselined),
+                reported=[self.reported[k] for k in sorted(self.reported)],
+                xids=sorted(self.xids.values(), key=self._xid_key),
+                lost=[self.lost[k] for k in sorted(self.lost)],
+            )
+        )
+
+    async def persist(self) -> None:
+        """Save what NVSentinel was told. A stateDir that refuses the write (full, read-only) leaves the state dirty
+        and in memory, saved again on the next reconcile: raising would restart the task from the older file and
+        forget what NVSentinel acknowledged since (a condition it still holds that the agent no longer knows of)."""
+        self.dirty = False
+        try:
+            await trio.to_thread.run_sync(atomic_write, self.state_path, self.dump())
+        except OSError as exc:
+            self.dirty = True
+            if self.state_error is None:
+                log.error(
+                    "nvsentinel: state not saved (%s); kept in memory, saved again on the next tick", exc.strerror
+                )
+            self.state_error = exc.strerror or type(exc).__name__
+            return
+        self.state_error = None
+
+    @staticmethod
+    def _xid_key(x: XidRecord) -> tuple[int, str, str, str]:
+        return (x.xid, x.device, x.pci, x.uuid)
+
+    @staticmethod
+    def _lost_key(g: LostGpu) -> tuple[str, str, str]:
+        return (g.device, g.uuid, g.pci)
+
+    def note_event(self, ev: Event) -> None:
+        """XIDs are remembered until a reboot, lost GPUs until they answer; rule events need nothing (desired is read
+        from the engine)."""
+        if ev.condition == LOST_CONDITION:
+            self._note_lost(ev)
+            return
+        if ev.condition != XID_CONDITION or ev.phase is not Phase.ENTER:
+            return
+        rec = xid_record(ev)
+        if rec is None:
+            log.warning("nvsentinel: XID event %s without a usable xid in its detail; ignored", ev.id)
+            return
+        key = self._xid_key(rec)
+        if key not in self.xids:
+            self.xids[key] = rec
+            self.dirty = True
+
+    def _note_lost(self, ev: Event) -> None:
+        rec = lost_record(ev)
+        if ev.phase is Phase.EXIT:
+            self.gpus_answering([(rec.device, rec.uuid, rec.pci)])
+            return
+        if ev.phase is not Phase.ENTER:
+            return
+        # The same GPU seen lost again (after a restart): keep the record already reported. One without a uuid or
+        # PCI address (NVML could not say) is the same GPU as a known record of that index.
+        same = [g for g in self.lost.values() if g.device == rec.device and (not rec.uuid or g.uuid == rec.uuid)]
+        if same:
+            return
+        self.lost[self._lost_key(rec)] = rec
+        self.dirty = True
+        log.warning("nvsentinel: %s (%s) lost: %s", rec.device, rec.uuid or rec.pci or "identity unknown", rec.error)
+
+    def gpus_answering(self, answering: Iterable[tuple[str, str, str]]) -> None:
+        """GPUs (device, uuid, PCI address) that answered NVML: the lost records they match are dropped, so the
+        fault clears."""
+        for device, uuid, pci in answering:
+            for key, g in list(self.lost.items()):
+                if g.answers(device, uuid, pci):
+                    del self.lost[key]
+                    self.dirty = True
+                    log.info("nvsentinel: %s (%s) answers again", g.device, g.uuid or g.pci or device)
+
+    # ---- desired -----------------------------------------------------------------------------------------------
+    def desired(self, conditions: Iterable[ActiveCondition], rules: Mapping[str, Rule]) -> dict[Key, Health]:
+        strategy = self.settings.processing_strategy
+        healths: list[Health] = []
+        for cond in conditions:
+            if cond.condition == XID_CONDITION:
+                continue
+            rule = rules.get(cond.rule_key)
+            healths.append(
+                rule_health(
+                    cond,
+                    op=rule.op if rule else ">",
+                    overrides=rule.nvsentinel if rule else None,
+                    strategy=strategy,
+                )
+            )
+        overrides = self.settings.xid_actions
+        healths += [xid_health(x, overrides=overrides, strategy=strategy) for x in self.xids.values()]
+        healths += [lost_health(g, strategy=strategy) for g in self.lost.values()]
+        return merge(healths)
+
+    def checks(self, rules: Iterable[Rule], xid_enabled: bool, gpu_enabled: bool = False) -> list[CheckSpec]:
+        strategy = self.settings.processing_strategy
+        out = [rule_check(r.condition, "", r.metric, r.device, r.nvsentinel, strategy) for r in rules]
+        if xid_enabled:
+            out.append(xid_check(strategy))
+        if gpu_enabled:
+            out.append(lost_check(strategy))
+        return out
+
+    def plan(self, desired: Mapping[Key, Health], checks: Iterable[CheckSpec]) -> list[Change]:
+        return plan(
+            desired,
+            self.reported,
+            checks=checks if self.settings.healthy_baseline else (),
+            baselined=self.baselined,
+            agent=self.settings.agent,
+            node=self.node,
+        )
+
+    # ---- sending -----------------------------------------------------------------------------------------------
+    def _delay(self, attempt: int) -> float:
+        s = self.settings
+        base = s.retry_initial_seconds * s.retry_multiplier ** (attempt - 1)
+        return base * (1 + s.retry_jitter * (2 * self.jitter() - 1))
+
+    def _failed(self, err: SendError | TokenError, change: Change) -> None:
+        self.last_error = str(err)
+        self.last_error_at = self.clock()
+        self.version += 1
+        log.warning("nvsentinel: %s %s not delivered: %s", change.kind, change.key[0], err)
+
+    async def deliver(self, change: Change) -> str:
+        """One difference: ``ok``, ``skipped`` (socket missing), ``rejected`` or ``unavailable`` (retries spent)."""
+        request = to_proto(change.event, now=self.clock(), event_id=new_event_id())
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await trio.to_thread.run_sync(
+                    self.publisher.send, request, limiter=self.limiter, abandon_on_cancel=True
+                )
+            except SocketMissing:
+                self.skipped += 1
+                self.socket_present = False
+                self.version += 1
+                return "skipped"
+            except TokenError as exc:
+                self.socket_present = True
+                self.errors["TOKEN_ERROR"] += 1
+                self._failed(exc, change)
+                return "rejected"
+            except (grpc.RpcError, OSError) as exc:
+                self.socket_present = True
+                err = classify(exc)
+                self.errors[err.code] += 1
+                self._failed(err, change)
+                if not err.retryable:
+                    return "rejected"
+                if attempt >= self.settings.max_attempts:
+                    return "unavailable"
+                await trio.sleep(self._delay(attempt))
+                continue
+            break
+        self.socket_present = True
+        self.success += 1
+        self.version += 1
+        if change.kind == "baseline":
+            self.baselined.add(change.key[0])
+        elif change.kind == "clear":
+            self.reported.pop(change.key, None)
+        elif change.health is not None:
+            self.reported[change.key] = change.health
+        await self.persist()
+        log.info(
+            "nvsentinel: %s %s %s acknowledged",
+            change.kind,
+            change.key[0],
+            " ".join(f"{e.type}={e.value}" for e in change.key[1]) or "(node)",
+        )
+        return "ok"
+
+    async def reconcile(self, desired: Mapping[Key, Health], checks: Iterable[CheckSpec]) -> None:
+        """Publish every difference once; stop early when the platform-connector is gone or keeps failing."""
+        checks = list(checks)
+        if self.dirty:
+            await self.persist()
+        for change in self.plan(desired, checks):
+            outcome = await self.deliver(change)
+            if outcome == "unavailable":
+                break
+        pending = len(self.plan(desired, checks))
+        if pending != self.pending:
+            self.pending = pending
+            self.version += 1
+
+    # ---- views -------------------------------------------------------------------------------------------------
+    def metrics(self) -> Iterator[Metric]:
+        monitor = self.settings.agent
+        skipped = CounterMetricFamily(
+            "nvsentinel_health_events_publisher_skipped_pc_unavailable",
+            "Health events not sent because the platform-connector socket was absent.",
+            labels=["monitor"],
+        )
+        skipped.add_metric([monitor], self.skipped)
+        success = CounterMetricFamily(
+            "nvsentinel_health_events_publisher_sends_success",
+            "Health events the platform-connector acknowledged.",
+            labels=["monitor"],
+        )
+        success.add_metric([monitor], self.success)
+        errors = CounterMetricFamily(
+            "nvsentinel_health_events_publisher_sends_error",
+            "Health event send attempts that failed, by gRPC status code (TOKEN_ERROR: token file unusable).",
+            labels=["monitor", "code"],
+        )
+        for code, n in sorted(self.errors.items()):
+            errors.add_metric([monitor, code], n)
+        pending = GaugeMetricFamily(
+            "nodevitals_nvsentinel_pending",
+            "Differences between desired and reported NVSentinel health not yet acknowledged.",
+            labels=["monitor"],
+        )
+        pending.add_metric([monitor], self.pending)
+        yield from (skipped, success, errors, pending)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "socketPath": self.settings.socket_path,
+            "socketPresent": self.socket_present,
+            "tokenConfigured": bool(self.settings.token_path),
+            "pending": self.pending,
+            "sent": self.success,
+            "skipped": self.skipped,
+            "errors": dict(sorted(self.errors.items())),
+            "lastError": self.last_error,
+            "lastErrorAt": self.last_error_at,
+            "bootId": self.boot_id,
+            "baselined": sorted(self.baselined),
+            "reported": [
+                {
+                    "checkName": h.check_name,
+                    "componentClass": h.component_class,
+                    "entities": [{"type": e.type, "value": e.value} for e in h.entities],
+                    "errorCode": list(h.error_code),
+                    "isFatal": h.is_fatal,
+                    "recommendedAction": h.recommended_action,
+                    "processingStrategy": h.processing_strategy,
+                }
+                for _, h in sorted(self.reported.items())
+            ],
+            "xids": [msgspec.to_builtins(x) for x in self.xids.values()],
+            "lostGpus": [msgspec.to_builtins(g) for g in self.lost.values()],
+        }

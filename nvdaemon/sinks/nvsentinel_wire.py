@@ -1,0 +1,149 @@
+"""NVSentinel's wire: a HealthEvent as the platform-connector's protobuf, the bearer token, one gRPC call, and how a
+failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` decides what to send and when).
+
+- Socket gate: the socket is stat'ed before every attempt; missing (ENOENT only) is ``SocketMissing`` (the caller
+  skips, counts, does not retry). Any other stat error counts as present: the send is attempted and its failure
+  classified.
+- Retryable (``classify``): UNAVAILABLE, DEADLINE_EXCEEDED, connection reset and broken pipe; any other answer is a
+  rejection. Each call has ``callTimeoutSeconds``.
+- The token file is read on every call and sent as ``authorization: Bearer <token>`` exactly as read; an empty
+  ``tokenPath`` sends no header; an unreadable or empty token file (or one holding bytes a header cannot carry) is a
+  ``TokenError`` that blocks the send. The token is never in an error message.
+
+The gRPC stub is synchronous (grpc.aio does not run under trio); the reconciler calls ``send`` in a worker thread. A
+new channel per call, so a restarted platform-connector is reached at once instead of after grpc's reconnect backoff
+(calls are rare: one per state change).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+from google.protobuf import empty_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from nvdaemon.proto import health_event_pb2 as pb
+from nvdaemon.sinks.nvsentinel_map import PROCESSING_STRATEGIES, RECOMMENDED_ACTIONS, HealthEventSpec
+
+METHOD = "/datamodels.PlatformConnector/HealthEventOccurredV1"
+RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+_RETRYABLE_DETAIL = re.compile(r"connection reset|broken pipe|ECONNRESET|EPIPE", re.IGNORECASE)
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]+")
+
+
+class SocketMissing(Exception):
+    """The platform-connector's socket does not exist: skip, do not retry."""
+
+
+class TokenError(Exception):
+    """The token file cannot be used; the message never contains the token."""
+
+
+class SendError(Exception):
+    """A call that did not return OK, with the status code name used as the metric label."""
+
+    def __init__(self, code: str, detail: str, retryable: bool) -> None:
+        super().__init__(f"{code}: {detail}" if detail else code)
+        self.code = code
+        self.retryable = retryable
+
+
+def to_proto(spec: HealthEventSpec, *, now: float, event_id: str) -> pb.HealthEvents:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(now * 1e9))
+    event = pb.HealthEvent(
+        version=1,
+        agent=spec.agent,
+        componentClass=spec.component_class,
+        checkName=spec.check_name,
+        isFatal=spec.is_fatal,
+        isHealthy=spec.is_healthy,
+        message=spec.message,
+        recommendedAction=RECOMMENDED_ACTIONS[spec.recommended_action],  # type: ignore[arg-type]
+        errorCode=list(spec.error_code),
+        entitiesImpacted=[pb.Entity(entityType=e.type, entityValue=e.value) for e in spec.entities],
+        metadata=dict(spec.metadata),
+        generatedTimestamp=ts,
+        nodeName=spec.node_name,
+        processingStrategy=PROCESSING_STRATEGIES[spec.processing_strategy],  # type: ignore[arg-type]
+        id=event_id,
+        customRecommendedAction=spec.custom_recommended_action,
+    )
+    return pb.HealthEvents(version=1, events=[event])
+
+
+def read_token(path: str) -> str | None:
+    """The bearer token exactly as the file holds it; None when no token is configured."""
+    if not path:
+        return None
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise TokenError(f"token file {path} is unreadable: {exc.strerror or type(exc).__name__}") from None
+    if not data:
+        raise TokenError(f"token file {path} is empty")
+    try:
+        token = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise TokenError(f"token file {path} holds bytes that cannot go in a header") from None
+    if not _HEADER_VALUE.fullmatch(token):
+        raise TokenError(f"token file {path} holds characters that cannot go in a header (a trailing newline?)")
+    return token
+
+
+def classify(exc: BaseException) -> SendError:
+    if isinstance(exc, SendError):
+        return exc
+    if isinstance(exc, grpc.Call):
+        code = exc.code()
+        detail = exc.details() or ""
+        retryable = code in RETRYABLE_CODES or bool(_RETRYABLE_DETAIL.search(detail))
+        return SendError(code.name, detail, retryable)
+    if isinstance(exc, ConnectionResetError):
+        return SendError("CONNECTION_RESET", str(exc), True)
+    if isinstance(exc, BrokenPipeError):
+        return SendError("BROKEN_PIPE", str(exc), True)
+    return SendError(type(exc).__name__.upper(), str(exc), False)
+
+
+class Publisher(Protocol):
+    def send(self, request: pb.HealthEvents) -> None:
+        """Deliver one request; raise SocketMissing, TokenError, grpc.RpcError or OSError. Runs in a thread."""
+
+
+class GrpcPublisher:
+    """The platform-connector over its Unix socket: stat, read the token, one call on a fresh channel."""
+
+    def __init__(self, socket_path: str, token_path: str, timeout: float) -> None:
+        self.socket_path = socket_path
+        self.token_path = token_path
+        self.timeout = timeout
+
+    def present(self) -> bool:
+        """Only "not found" means absent. Any other stat error (EACCES on a parent directory, ENOTDIR, ...) counts
+        as present, as in NVSentinel's own publishers: the call is made and its failure classified like any other,
+        instead of a local stat error standing in for what the platform-connector would say."""
+        try:
+            os.stat(self.socket_path)
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return True
+        return True
+
+    def send(self, request: pb.HealthEvents) -> None:
+        if not self.present():
+            raise SocketMissing(self.socket_path)
+        token = read_token(self.token_path)
+        metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
+        with grpc.insecure_channel(f"unix:{self.socket_path}") as channel:
+            call = channel.unary_unary(
+                METHOD,
+                request_serializer=pb.HealthEvents.SerializeToString,
+                response_deserializer=empty_pb2.Empty.FromString,
+            )
+            call(request, timeout=self.timeout, metadata=metadata)
