@@ -363,6 +363,18 @@ def test_webhooks_metrics_port_and_service_monitor() -> None:
         assert HOOK_SECRET not in yaml.safe_dump(ds) and HOOK_SECRET not in yaml.safe_dump(config)
     (monitor,) = rendered.kind("ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["interval"] == "30s"
+    assert "scrapeTimeout" not in monitor["spec"]["endpoints"][0]  # Prometheus's own, never over the interval
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     smart = rendered.daemonsets()["smart"]
     assert agent(smart)["securityContext"]["privileged"] is True, "tiers.smart.privileged"
+
+
+def test_service_monitor_with_a_short_go_interval_is_valid() -> None:
+    """The Go chart has no scrapeTimeout: its values file with a 5s interval must not get a timeout over it, which
+    prometheus-operator refuses (the target would not be scraped at all)."""
+    values = go(serviceMonitor={"enabled": True, "interval": "5s", "labels": {"release": "prom"}})
+    (endpoint,) = render(values).kind("ServiceMonitor")[0]["spec"]["endpoints"]
+    assert endpoint["interval"] == "5s"
+    assert "scrapeTimeout" not in endpoint
+    asked = go(serviceMonitor={"enabled": True, "interval": "30s", "scrapeTimeout": "20s"})
+    assert render(asked).kind("ServiceMonitor")[0]["spec"]["endpoints"][0]["scrapeTimeout"] == "20s"
