@@ -2,7 +2,8 @@
 
 Keys are camelCase and a superset of the Go agent's. Unknown keys are errors (a typo must not silently disable a
 rule). ``${VAR}`` in a string value is replaced from the environment after YAML parsing, so a variable can never
-inject YAML structure. Errors never echo string values, because those may be secrets.
+inject YAML structure. Errors do not echo string values, because those may be secrets (the exception, a wrong
+choice for a key with fixed choices, is quoted short and never when it came from the environment: configcheck).
 
 Input is bounded: the file is read up to ``MAX_CONFIG_BYTES`` and must be UTF-8, its YAML nesting and alias expansion
 are capped (``configcheck.load_yaml``), and every number has a range. Floors keep a typo from spinning a core

@@ -448,6 +448,19 @@ def test_legacy_tier_is_validated() -> None:
     assert [i.path for i in err.issues] == ["tier"]
 
 
+def test_a_long_wrong_choice_is_quoted_only_in_part() -> None:
+    """A secret or a whole file pasted into a key with fixed choices is not copied into the error."""
+    pasted = "whsec_" + "k" * 4000
+    err = errors(f"sinks:\n  webhook:\n    - url: https://a.example/\n      mode: {pasted}\n")
+    (issue,) = err.issues
+    assert issue.path == "sinks.webhook[0].mode"
+    assert "k" * 30 not in str(err) and len(issue.message) < 200
+    assert (
+        "got 'strucured'"
+        in errors("sinks:\n  webhook:\n    - url: https://a.example/\n      mode: strucured\n").issues[0].message
+    )  # a short typo is still quoted
+
+
 def test_host_root_rewrites_roots(tmp_path: Path) -> None:
     text = "procRoot: /elsewhere/proc\nsysRoot: /elsewhere/sys\n"
     path = tmp_path / "c.yaml"
