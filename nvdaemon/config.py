@@ -2,7 +2,8 @@
 
 Keys are camelCase and a superset of the Go agent's. Unknown keys are errors (a typo must not silently disable a
 rule). ``${VAR}`` in a string value is replaced from the environment after YAML parsing, so a variable can never
-inject YAML structure. Errors never echo string values, because those may be secrets.
+inject YAML structure. Errors do not echo string values, because those may be secrets (the exception, a wrong
+choice for a key with fixed choices, is quoted short and never when it came from the environment: configcheck).
 
 Input is bounded: the file is read up to ``MAX_CONFIG_BYTES`` and must be UTF-8, its YAML nesting and alias expansion
 are capped (``configcheck.load_yaml``), and every number has a range. Floors keep a typo from spinning a core
@@ -37,7 +38,6 @@ MIN_RETRY_SECONDS = 0.01  # backoff and retry delays
 MAX_TIMEOUT_SECONDS = 600.0  # every timeout and grace period
 MAX_INTERVAL_SECONDS = 86_400.0
 
-Seconds = Annotated[float, msgspec.Meta(gt=0)]
 Timeout = Annotated[float, msgspec.Meta(gt=0, le=MAX_TIMEOUT_SECONDS)]
 Retry = Annotated[float, msgspec.Meta(ge=MIN_RETRY_SECONDS, le=MAX_INTERVAL_SECONDS)]
 Count = Annotated[int, msgspec.Meta(ge=1)]
@@ -193,7 +193,9 @@ class DcgmCompatConfig(_Section):
     enabled: bool = False
     pod_attribution: bool = False  # container/namespace/pod labels on DCGM_FI_* and detail.pods on GPU events
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    pod_resources_timeout_seconds: Seconds = 5.0  # per List call; a slower kubelet turns attribution off that tick
+    # Per List call; a slower kubelet turns attribution off that tick. Bounded like every timeout: gRPC turns a
+    # deadline past ~1e10 s into one already expired, so every call would fail.
+    pod_resources_timeout_seconds: Timeout = 5.0
 
 
 # node_exporter's defaults for its most used per-collector filters (regular expressions, Python syntax).

@@ -2,7 +2,9 @@
 
 msgspec stops at the first error; operators fixing a config on a node want the whole list, each with the key path,
 the line in the file and what was expected. This walks the tree against ``msgspec.inspect`` type info. Values are
-never echoed (they may be secrets), only key names and the allowed choices.
+not echoed (they may be secrets), only key names and the allowed choices; the one exception is a wrong choice for a
+key with fixed choices (``tier: tpu``), quoted to show the typo: at most ``ECHO_MAX`` characters of it, and never a
+value that came from the environment.
 
 YAML input is bounded before anything walks it (``load_yaml``): at most ``MAX_DEPTH`` nested collections, and
 aliases may bring in at most ``MAX_ALIAS_NODES`` nodes in all (a 300-byte "billion laughs" file would otherwise
@@ -31,6 +33,7 @@ class ConfigIssue:
 
 
 MAX_DEPTH = 64  # nested mappings/lists; a real config needs about 8
+ECHO_MAX = 24  # characters of a wrong choice quoted in its error: a typo of a choice is short
 MAX_ALIAS_NODES = 10_000  # nodes brought in by all aliases together, each counted with everything under it
 
 
@@ -203,8 +206,10 @@ def _check(t: mi.Type, value: Any, path: str, out: list[ConfigIssue], redact: fr
         and not _matches(t, value)
         and path not in redact
     ):
-        # Echoing a wrong choice helps spot the typo; a value that came from the environment is never echoed.
-        out.append(ConfigIssue(path, f"expected {_describe(t)}, got {value!r}"))
+        # Echoing a wrong choice helps spot the typo; a value that came from the environment is never echoed, and a
+        # long one only in part (a value pasted into the wrong key may be a secret, or a whole file).
+        shown = value if not isinstance(value, str) or len(value) <= ECHO_MAX else value[:ECHO_MAX] + "..."
+        out.append(ConfigIssue(path, f"expected {_describe(t)}, got {shown!r}"))
         return
     if not _matches(t, value):
         out.append(

@@ -7,6 +7,7 @@ import os
 import textwrap
 from pathlib import Path
 
+import msgspec.inspect as mi
 import pytest
 
 from nvdaemon.config import (
@@ -447,6 +448,19 @@ def test_legacy_tier_is_validated() -> None:
     assert [i.path for i in err.issues] == ["tier"]
 
 
+def test_a_long_wrong_choice_is_quoted_only_in_part() -> None:
+    """A secret or a whole file pasted into a key with fixed choices is not copied into the error."""
+    pasted = "whsec_" + "k" * 4000
+    err = errors(f"sinks:\n  webhook:\n    - url: https://a.example/\n      mode: {pasted}\n")
+    (issue,) = err.issues
+    assert issue.path == "sinks.webhook[0].mode"
+    assert "k" * 30 not in str(err) and len(issue.message) < 200
+    assert (
+        "got 'strucured'"
+        in errors("sinks:\n  webhook:\n    - url: https://a.example/\n      mode: strucured\n").issues[0].message
+    )  # a short typo is still quoted
+
+
 def test_host_root_rewrites_roots(tmp_path: Path) -> None:
     text = "procRoot: /elsewhere/proc\nsysRoot: /elsewhere/sys\n"
     path = tmp_path / "c.yaml"
@@ -507,3 +521,35 @@ def test_duplicate_keys_are_rejected_not_silently_merged() -> None:
         parse_config(text, "dup.yaml", env={})
     assert [(i.path, i.line) for i in err.value.issues] == [("rules", 4)]
     assert "given twice" in str(err.value)
+
+
+def _leaf_keys(t: mi.Type, path: str = "") -> list[str]:
+    """Every leaf key path of a config struct type (``server.maxConnections``, ``rules[].op``)."""
+    if isinstance(t, mi.UnionType):
+        return [k for m in t.types if isinstance(m, mi.StructType) for k in _leaf_keys(m, path)]
+    if isinstance(t, mi.ListType) and isinstance(t.item_type, mi.StructType):
+        return _leaf_keys(t.item_type, path + "[]")
+    if isinstance(t, mi.StructType):
+        return [k for f in t.fields for k in _leaf_keys(f.type, f"{path}.{f.encode_name}" if path else f.encode_name)]
+    return [path]
+
+
+# Documented in a section of their own (the rule example, Webhook delivery, NVSentinel), linked from the table.
+DOCUMENTED_ELSEWHERE = ("rules[]", "spool.", "sinks.webhook[]", "sinks.nvsentinel.")
+
+
+def test_config_reference_names_every_key() -> None:
+    """The README's Config reference lists every key of ``Config`` (as ``key`` or the ``.key`` of a row's group);
+    the keys documented in their own sections are named in the README too."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("## Config reference")
+    table = readme[start : readme.index("\n## ", start + 1)]
+    missing = []
+    for key in _leaf_keys(mi.type_info(Config)):
+        name = key.rpartition(".")[2].removesuffix("[]")
+        if key.startswith(DOCUMENTED_ELSEWHERE):
+            if f"`{name}" not in readme and f".{name}" not in readme and f"{name}:" not in readme:
+                missing.append(key)
+        elif f"`{key.removesuffix('[]')}" not in table and f".{name}`" not in table and f"`{name}`" not in table:
+            missing.append(key)
+    assert missing == []

@@ -13,9 +13,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import msgspec.inspect as mi
 import pytest
 
-from nvdaemon.config import MAX_CONFIG_BYTES, ConfigError, load_config, parse_config
+from nvdaemon.config import MAX_CONFIG_BYTES, Config, ConfigError, load_config, parse_config
 from nvdaemon.configcheck import MAX_ALIAS_NODES, MAX_DEPTH
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,6 +170,7 @@ def test_check_config_reports_bad_input_with_exit_2_and_no_traceback(tmp_path: P
             ">= 0.01",
         ),
         ("history: {intervalMinutes: 100000}", "history.intervalMinutes", "<= 1440"),
+        ("dcgmCompat: {podResourcesTimeoutSeconds: 1.0e10}", "dcgmCompat.podResourcesTimeoutSeconds", "<= 600"),
         (
             "nodeExporter: {filesystem: {mountTimeoutSeconds: 1.0e6}}",
             "nodeExporter.filesystem.mountTimeoutSeconds",
@@ -195,3 +197,25 @@ def test_numbers_out_of_range_are_refused_with_the_range(text: str, path: str, b
 )
 def test_numbers_at_the_bounds_load(text: str) -> None:
     parse_config(text + "\n", "t.yaml", env={})
+
+
+# Numbers that may be as large as a user likes: a rule's threshold, and counts of samples (a large one only delays).
+UNBOUNDED = {"rules[].threshold", "rules[].enterFor", "rules[].exitFor"}
+
+
+def _numbers(t: mi.Type, path: str = "") -> list[tuple[str, mi.IntType | mi.FloatType]]:
+    if isinstance(t, mi.UnionType):
+        return [n for m in t.types for n in _numbers(m, path)]
+    if isinstance(t, mi.ListType | mi.DictType):
+        item = t.item_type if isinstance(t, mi.ListType) else t.value_type
+        return _numbers(item, path + "[]")
+    if isinstance(t, mi.StructType):
+        return [n for f in t.fields for n in _numbers(f.type, f"{path}.{f.encode_name}" if path else f.encode_name)]
+    return [(path, t)] if isinstance(t, mi.IntType | mi.FloatType) else []
+
+
+def test_every_number_has_a_ceiling() -> None:
+    """A new timeout or size without ``le`` fails here (the module docstring's promise: every number has a range)."""
+    numbers = _numbers(mi.type_info(Config))
+    assert {path for path, _ in numbers} >= UNBOUNDED
+    assert [path for path, t in numbers if t.le is None and t.lt is None and path not in UNBOUNDED] == []

@@ -14,8 +14,8 @@ Every host file is read through ``read_bounded`` with a cap that fits its kind: 
 attribute (the kernel serves at most a page), ``PROC_FILE_MAX`` for a /proc or root file system text file,
 ``PROC_TABLE_MAX`` for the /proc tables that grow with the host (mounts, network tables, diskstats). A file over its
 cap is an error of the collector reading it (``FileTooLarge``), found by reading at most cap + 1 bytes; a file that
-is not a regular file (a sensor symlinked to /dev/zero, a FIFO) is refused without reading, and is opened with
-O_NONBLOCK so a FIFO cannot hang the open.
+is not a regular file (a sensor symlinked to /dev/zero, a FIFO) is refused without opening it, and files are
+opened with O_NONBLOCK so a FIFO swapped in after that check cannot hang the open.
 """
 
 from __future__ import annotations
@@ -129,18 +129,23 @@ def _kind(mode: int) -> str:
     return "a socket" if stat.S_ISSOCK(mode) else "not a file"
 
 
+def _refuse_special(path: Path, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(path, _kind(mode))
+
+
 def read_bounded(path: Path, limit: int) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes (``FileTooLarge`` beyond; at most ``limit`` + 1 bytes
     are read). A directory raises ``IsADirectoryError``, a device, FIFO or socket ``NotRegularFile``, a missing
-    file ``FileNotFoundError``."""
+    file ``FileNotFoundError``. A device is refused before it is opened: opening one can act (a watchdog arms, a
+    tape rewinds on close); the check is repeated on the open descriptor for a path swapped in between."""
+    _refuse_special(path, os.stat(path).st_mode)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        mode = st.st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(path, _kind(mode))
+        _refuse_special(path, st.st_mode)
         chunks: list[bytes] = []
         size = 0
         while size <= limit:

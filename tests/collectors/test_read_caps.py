@@ -171,3 +171,28 @@ async def test_oversized_textfile_is_skipped_and_counted(tmp_path: Path) -> None
     assert families["node_textfile_scrape_error"].samples[0][1] == 1.0
     # node_exporter's own view: its textfile collector never fails
     assert 'node_scrape_collector_success{collector="textfile"} 1\n' in render(families).decode()
+
+
+def test_devices_are_refused_without_opening_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening a device can act by itself (a watchdog arms, a tape rewinds on close): a sensor path linked to one is
+    refused on its stat, before any open."""
+    link = tmp_path / "temp3_input"
+    link.symlink_to("/dev/null")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    regular = tmp_path / "temp1_input"
+    regular.write_text("42000\n")
+    opened: list[str] = []
+    real_open = os.open
+
+    def recording_open(path: str | os.PathLike[str], flags: int, *args: int, **kwargs: int) -> int:
+        opened.append(os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", recording_open)
+    for path in (link, fifo):
+        with pytest.raises(NotRegularFile):
+            read_bounded(path, SYSFS_ATTR_MAX)
+    assert opened == []
+    assert read_bounded(regular, SYSFS_ATTR_MAX) == b"42000\n"
+    assert opened == [str(regular)]  # the recording sees the opens read_bounded makes

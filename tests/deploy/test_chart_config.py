@@ -57,19 +57,27 @@ def check_config(path: Path, env: dict[str, str]) -> subprocess.CompletedProcess
     )
 
 
-@pytest.mark.parametrize("case", sorted(MATRIX))
-def test_every_rendered_config_passes_check_config(case: str, tmp_path: Path) -> None:
-    rendered = render(MATRIX[case])
+def check_rendered_configs(
+    rendered: Rendered, tmp_path: Path
+) -> list[tuple[str, Path, dict[str, Any], subprocess.CompletedProcess[str]]]:
+    """``check-config`` of every DaemonSet's config, in the environment of its pod, run in parallel:
+    (component, config file, parsed config, result) per DaemonSet."""
     jobs = []
     for component, ds in rendered.daemonsets().items():
         text, parsed = rendered.config_of(ds)
         path = tmp_path / f"{component}.yaml"
         path.write_text(text)
         jobs.append((component, path, pod_env(rendered, ds), parsed))
-    assert jobs, f"{case}: renders no DaemonSet"
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(lambda job: check_config(job[1], job[2]), jobs))
-    for (component, path, _, parsed), proc in zip(jobs, results, strict=True):
+    return [(component, path, parsed, proc) for (component, path, _, parsed), proc in zip(jobs, results, strict=True)]
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_every_rendered_config_passes_check_config(case: str, tmp_path: Path) -> None:
+    checked = check_rendered_configs(render(MATRIX[case]), tmp_path)
+    assert checked, f"{case}: renders no DaemonSet"
+    for component, path, parsed, proc in checked:
         assert proc.returncode == 0, f"{case}/{component}: the agent rejects the chart's config:\n{proc.stderr}"
         tiers = ",".join(parsed["tiers"])
         assert f"{path}: ok (node node-a, tiers {tiers}, {len(parsed.get('rules', []))} rule(s))" in proc.stdout

@@ -7,7 +7,6 @@ The variants are the Go file with the switches a Go operator flips (`--set tiers
 from __future__ import annotations
 
 import copy
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from nvdaemon.config import parse_config
 from tests.deploy import helm
 from tests.deploy.helm import CHART, Doc, Rendered, agent, deep_merge, mounts, notes, pod_spec, render
 from tests.deploy.matrix import GO_VALUES
-from tests.deploy.test_chart_config import check_config, pod_env
+from tests.deploy.test_chart_config import check_rendered_configs
 
 GO: dict[str, Any] = yaml.safe_load(GO_VALUES.read_text())
 UID = 65532
@@ -106,16 +105,9 @@ def test_every_manifest_is_valid_kubernetes(variant: str) -> None:
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_rendered_config_passes_check_config(variant: str, tmp_path: Path) -> None:
-    rendered = render(VARIANTS[variant])
-    jobs = []
-    for component, ds in rendered.daemonsets().items():
-        text, _ = rendered.config_of(ds)
-        path = tmp_path / f"{component}.yaml"
-        path.write_text(text)
-        jobs.append((component, path, pod_env(rendered, ds)))
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda job: check_config(job[1], job[2]), jobs))
-    for (component, path, _), proc in zip(jobs, results, strict=True):
+    checked = check_rendered_configs(render(VARIANTS[variant]), tmp_path)
+    assert checked, f"{variant}: renders no DaemonSet"
+    for component, path, _, proc in checked:
         assert proc.returncode == 0, f"{variant}/{component}: the agent rejects the chart's config:\n{proc.stderr}"
         assert f"{path}: ok (node node-a" in proc.stdout
 
@@ -363,6 +355,18 @@ def test_webhooks_metrics_port_and_service_monitor() -> None:
         assert HOOK_SECRET not in yaml.safe_dump(ds) and HOOK_SECRET not in yaml.safe_dump(config)
     (monitor,) = rendered.kind("ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["interval"] == "30s"
+    assert "scrapeTimeout" not in monitor["spec"]["endpoints"][0]  # Prometheus's own, never over the interval
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     smart = rendered.daemonsets()["smart"]
     assert agent(smart)["securityContext"]["privileged"] is True, "tiers.smart.privileged"
+
+
+def test_service_monitor_with_a_short_go_interval_is_valid() -> None:
+    """The Go chart has no scrapeTimeout: its values file with a 5s interval must not get a timeout over it, which
+    prometheus-operator refuses (the target would not be scraped at all)."""
+    values = go(serviceMonitor={"enabled": True, "interval": "5s", "labels": {"release": "prom"}})
+    (endpoint,) = render(values).kind("ServiceMonitor")[0]["spec"]["endpoints"]
+    assert endpoint["interval"] == "5s"
+    assert "scrapeTimeout" not in endpoint
+    asked = go(serviceMonitor={"enabled": True, "interval": "30s", "scrapeTimeout": "20s"})
+    assert render(asked).kind("ServiceMonitor")[0]["spec"]["endpoints"][0]["scrapeTimeout"] == "20s"

@@ -80,7 +80,11 @@ class Prometheus:
             "--log.level=warn",
         ]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, cwd=self.dir)
-        poll(self._ready, "prometheus /-/ready", timeout=30)
+        try:
+            poll(self._ready, "prometheus /-/ready", timeout=30)
+        except BaseException:
+            self.stop()  # `with` runs no __exit__ when __enter__ raises: never leave the server running
+            raise
         return self
 
     def _ready(self) -> bool:

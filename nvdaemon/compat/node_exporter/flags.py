@@ -45,7 +45,7 @@ def _option(name: str, value: str, ne: dict[str, Any], path: str) -> ConfigIssue
         return None  # nodeExporter.<section> is not a mapping: its type error is reported by the struct check
     where = f"nodeExporter.{section + '.' if section else ''}{key}"
     if key in target and target[key] != value:
-        return ConfigIssue(path, f"sets {where}, which the config also sets to something else")
+        return ConfigIssue(path, f"sets {where}, which the config or an earlier flag sets to something else")
     target[key] = value
     return None
 
@@ -53,8 +53,9 @@ def _option(name: str, value: str, ne: dict[str, Any], path: str) -> ConfigIssue
 def node_exporter_flags(flags: list[Any], ne: dict[str, Any]) -> tuple[list[ConfigIssue], list[str], dict[str, bool]]:
     """Apply ``extraFlags`` to the raw ``nodeExporter`` mapping ``ne`` (option flags set their keys in place).
 
-    Returns (issues, notes, collectors turned on or off). Flags are applied in order, so a later one wins, as in
-    node_exporter; ``--collector.disable-defaults`` turns off every collector no flag names.
+    Returns (issues, notes, collectors turned on or off). Collector flags are applied in order, so a later one wins;
+    an option flag that sets a key already set to another value (by the config or an earlier flag) is an error;
+    ``--collector.disable-defaults`` turns off every collector no flag names.
     """
     issues: list[ConfigIssue] = []
     notes: list[str] = []
