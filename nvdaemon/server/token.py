@@ -1,7 +1,7 @@
 """The bearer token of ``server.apiTokenFile``: one reader for the server (re-read on change, ``ApiToken``) and for
 the host checks of check-config, ``run`` and a reload (``nvdaemon/preflight.py``). Reads at most
-``MAX_TOKEN_BYTES`` of the file. NVSentinel's token has its own reader and rules (``nvdaemon/sinks/nvsentinel_wire.py``).
-Messages name the file, never the token."""
+``MAX_TOKEN_BYTES`` of the file. NVSentinel's token has its own reader and rules
+(``nvdaemon/sinks/nvsentinel_wire.py``). Messages name the file, never the token."""
 
 from __future__ import annotations
 
