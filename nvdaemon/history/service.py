@@ -153,7 +153,8 @@ class HistorySink(Sink):
         and ``fn`` run once more on it."""
         import sqlite3
 
-        from nvdaemon.history.store import HistoryStore, is_corrupt, quarantine_db
+        from nvdaemon.history.store import HistoryStore, is_corrupt
+        from nvdaemon.statefile import quarantine_db
 
         store = self.store
         if store is None:
