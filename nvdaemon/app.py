@@ -258,10 +258,18 @@ class Agent:
             n for n in self.sinks if n not in wanted or wanted[n].fingerprint() != self.sinks[n].fingerprint()
         ]:
             await sup.stop(name)
-            self.sinks.pop(name).close()
+            old = self.sinks.pop(name)
+            if name in wanted:  # subscribed before the old one lets go: no event published meanwhile goes nowhere
+                wanted[name].attach(self.bus)
+                self.sinks[name] = wanted[name]
+            old.close()  # counts what the old one still held (the webhook: events not spooled)
+            if name in wanted:
+                await sup.start(
+                    name, wanted[name].serve, critical=wanted[name].critical, fingerprint=wanted[name].fingerprint()
+                )
         for name, sink in wanted.items():
             if name in self.sinks:
-                continue  # an identical one is running
+                continue  # an identical one is running, or its replacement was started above
             sink.attach(self.bus)
             self.sinks[name] = sink
             await sup.start(name, sink.serve, critical=sink.critical, fingerprint=sink.fingerprint())
@@ -458,6 +466,8 @@ class Agent:
             with trio.CancelScope(shield=True), trio.move_on_after(max(grace / 2, 0.5)):
                 self._engine_dirty = True
                 await self.persist_engine()
+            for sink in self.sinks.values():  # what a sink could not make durable is dropped, counted and logged
+                sink.close()
             self.http_shutdown.set()
             http = sup.tasks.get("http")
             if http is not None:

@@ -173,12 +173,18 @@ class WebhookEndpoint(Sink):
         self.writer.taken_seq = self.committed_seq
 
     def close(self) -> None:
-        """Replaced or removed: events still only in memory are dropped, counted and logged."""
-        left = self.writer.buffer.all()
-        if left:
-            self.writer.buffer = type(self.writer.buffer)(self.writer.buffer.max_events, self.writer.buffer.max_bytes)
-            self.drop("unspooled_at_stop", [i.event_id for i in left])
-        super().close()
+        """Replaced, removed or the agent stopping (after the task stopped): events still only in memory, in the
+        writer's buffer or still in the bus channel (the writer's final drain stops at a refused write or its
+        deadline), are dropped, counted and logged."""
+        super().close()  # no event arrives after this
+        left = [i.event_id for i in self.writer.buffer.all()]
+        self.writer.buffer = type(self.writer.buffer)(self.writer.buffer.max_events, self.writer.buffer.max_bytes)
+        while True:
+            try:
+                left.append(self.events.receive_nowait().id)
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+        self.drop("unspooled_at_stop", left)
 
     # ---- observability --------------------------------------------------------------------------------------
     def _changed(self) -> None:
