@@ -139,12 +139,13 @@ class Agent:
             return
         log.info("restored %d active condition(s), event seq %d", len(self.engine.active), self.engine.seq)
 
-    async def persist_engine(self) -> None:
+    async def persist_engine(self, *, strict: bool = False) -> None:
         """Save active conditions and the event seq, but only once every durable sink (the webhook spool) holds
         the events that led there: saved state with an unspooled ENTER would lose that ENTER to a crash, while
         unsaved state only makes a restart detect the transition again (at-least-once). A durable sink whose spool
         refuses writes holds its ``committed_seq`` back, so nothing is saved past what it holds only in memory. A
-        write stateDir refuses is logged (once per streak) and retried on the next call, never raised."""
+        write stateDir refuses is logged (once per streak) and retried on the next call; it is raised (OSError) only
+        when ``strict``: a reload applying a config rolls back on it."""
         if not self._engine_dirty:
             return
         target = self.engine.seq
@@ -172,6 +173,8 @@ class Agent:
                 if self.engine_save_error is None:
                     log.error("engine state not saved (%s); retried every tick", exc.strerror or exc)
                 self.engine_save_error = exc.strerror or str(exc)
+                if strict:
+                    raise
                 return
             if self.engine_save_error is not None:
                 log.info("engine state saved again")
@@ -326,7 +329,7 @@ class Agent:
         self.loaded = new
         self.rules = rules
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
-        await self.persist_engine()
+        await self.persist_engine(strict=True)
         await self._sync_tasks()
 
     async def _sync_tasks(self) -> None:
