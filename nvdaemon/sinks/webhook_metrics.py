@@ -21,7 +21,8 @@ BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 DROP_REASONS = (
     "spool_full_events, spool_full_bytes (spool over its bound), spool_unwritable (stateDir refused writes and the "
     "in-memory buffer was full), spool_corrupt (pending in a damaged spool that was moved aside), "
-    "unspooled_at_stop (in memory when the endpoint was removed or replaced), expired, rejected (dead letters)"
+    "unspooled_at_stop (in memory when the endpoint was removed or replaced or the agent stopped), expired, rejected "
+    "(dead letters)"
 )
 
 
