@@ -17,7 +17,8 @@ events keep being spooled. Any other status is retried ``maxAttempts`` times in 
 Storage: while the spool cannot be written the endpoint's state is ``degraded`` (``storageError`` says why, and the
 supervised task's ``lastError`` in the status document), ``nodevitals_sink_state_writable{sink}`` is 0. A damaged
 spool is moved aside (``nvdaemon.sinks.spool_io``) and delivery goes on with a fresh one; its pending events are
-counted as dropped (``spool_corrupt``) when they can be read, and the quarantine is counted either way. Every drop is
+counted as dropped (``spool_corrupt``) when they can be read, and the quarantine is counted either way; the event
+whose request was out meanwhile is delivered on a 2xx, else dropped then, never both. Every drop is
 counted by reason (``dropped``, ``nodevitals_webhook_dropped_total{sink,reason}``) and logged with its event ids.
 
 Secrets only ever reach the HMAC; URLs only ever appear as ``host[:port]`` in names, logs, metrics and state.
@@ -157,6 +158,7 @@ class WebhookEndpoint(Sink):
         self._kick = trio.Event()
         self._spool: Spool | None = None
         self._quarantines_seen = 0
+        self._in_flight: str | None = None  # the event a request is out for, or delivered and not yet deleted
 
     def fingerprint(self) -> Hashable:
         return (
@@ -248,7 +250,7 @@ class WebhookEndpoint(Sink):
 
     def _note_quarantines(self, spool: Spool) -> None:
         for q in spool.quarantines[self._quarantines_seen :]:
-            self.ledger.note_quarantine(q)
+            self.ledger.note_quarantine(q, self._in_flight)
         self._quarantines_seen = len(spool.quarantines)
         self.backlog = self.dead_letters = 0
         self._changed()
@@ -302,7 +304,7 @@ class WebhookEndpoint(Sink):
     async def _send_loop(self, spool: Spool, client: httpx.AsyncClient) -> None:
         failures = corrupt_streak = 0
         rejections, rejected_seq = 0, -1
-        prefetched: tuple[Row | None] | None = None
+        prefetched: tuple[Row | None, int] | None = None  # (next row, the spool generation it was read from)
         forget: Row | None = None  # delivered, but its row is not deleted yet (the stateDir refused the write)
         refresh = True  # read this endpoint's disabled flag and share (at start, and from a fresh spool)
         while True:
@@ -314,8 +316,8 @@ class WebhookEndpoint(Sink):
                     refresh = False
                 if forget is not None:
                     self._kick = trio.Event()
-                    prefetched = (await self._call(spool, SpoolDB.delivered, self.name, forget.seq, forget.event_id),)
-                    forget = None
+                    prefetched = await self._call(spool, _forget, spool, self.name, forget.seq, forget.event_id)
+                    forget = self._in_flight = None
                     self._room_made()
                 corrupt_streak = 0
                 if self.disabled_reason is not None:
@@ -324,10 +326,10 @@ class WebhookEndpoint(Sink):
                     self.disabled_reason = await self._call(spool, SpoolDB.disabled, self.name, self.url_hash)
                     continue
                 if prefetched is not None:
-                    row, prefetched = prefetched[0], None  # read right after the last delivery, one thread hop fewer
+                    (row, gen), prefetched = prefetched, None  # read right after the last delivery, one hop fewer
                 else:
                     self._kick = trio.Event()
-                    row = await self._call(spool, SpoolDB.head, self.name)
+                    row, gen = await self._call(spool, _head, spool, self.name)
                 if row is None:
                     self.status = "active"
                     with trio.move_on_after(IDLE_POLL) as idle:
@@ -336,10 +338,18 @@ class WebhookEndpoint(Sink):
                         await self._call(spool, SpoolDB.share, self.name, True)
                         self._sync_share()
                     continue
+                if gen != len(spool.quarantines):
+                    continue  # read from a file since moved aside, and counted with it: never sent
                 if self.wall() - row.enqueued > self.hook.max_age_hours * 3600:
                     await self._bury(spool, row, row.attempts, "expired")
                     continue
-                outcome, error, wait = await self._attempt(client, row.body)
+                self._in_flight, outcome = row.event_id, ""
+                try:
+                    outcome, error, wait = await self._attempt(client, row.body)
+                    if len(spool.quarantines) > self._quarantines_seen:
+                        self._note_quarantines(spool)  # moved aside meanwhile: this event is the request's to count
+                finally:
+                    self._in_flight = row.event_id if outcome == "success" else None
                 if outcome == "success":
                     self._kick = trio.Event()
                     if failures:
@@ -348,7 +358,8 @@ class WebhookEndpoint(Sink):
                     self.status, self.last_error, self.last_success = "active", None, self.wall()
                     self.latency.observe(max(0.0, self.last_success - row.enqueued))
                     try:
-                        prefetched = (await self._call(spool, SpoolDB.delivered, self.name, row.seq, row.event_id),)
+                        prefetched = await self._call(spool, _forget, spool, self.name, row.seq, row.event_id)
+                        self._in_flight = None
                         if self.health.error is not None:
                             self.writer.wake()  # room made in a full spool
                     except SpoolUnwritable:
@@ -360,6 +371,9 @@ class WebhookEndpoint(Sink):
                     continue
                 self._count(self.attempts, outcome)
                 assert error is not None
+                if gen != len(spool.quarantines):  # its file was moved aside while the request was out
+                    self.drop("spool_corrupt", [row.event_id])
+                    continue
                 if outcome == "gone":
                     log.error(
                         "%s: the receiver answered 410 Gone; endpoint disabled until `nvdaemon spool retry`", self.name
@@ -389,7 +403,7 @@ class WebhookEndpoint(Sink):
                 await trio.sleep(self.health.delay())
             except SpoolCorrupt:
                 # A fresh spool: nothing read from the old one is valid (its events were counted as dropped).
-                prefetched, forget, refresh = None, None, True
+                prefetched, forget, refresh, self._in_flight = None, None, True, None
                 corrupt_streak += 1
                 if corrupt_streak > 1:
                     await trio.sleep(self.health.delay())
@@ -453,3 +467,14 @@ def build(agent: Agent) -> list[Sink]:
         WebhookEndpoint(name, hook, cfg.spool, agent.loaded.state_dir, on_change=_bump(agent))
         for name, hook in zip(names, hooks, strict=True)
     ]
+
+
+def _head(db: SpoolDB, spool: Spool, endpoint: str) -> tuple[Row | None, int]:
+    """The endpoint's oldest pending row, and the generation of the spool file it was read from (its count of
+    quarantines, read in the same worker-thread call, so no quarantine can come between the two)."""
+    return db.head(endpoint), len(spool.quarantines)
+
+
+def _forget(db: SpoolDB, spool: Spool, endpoint: str, seq: int, event_id: str) -> tuple[Row | None, int]:
+    """Delete a delivered row; the next row and its generation, as ``_head``."""
+    return db.delivered(endpoint, seq, event_id), len(spool.quarantines)

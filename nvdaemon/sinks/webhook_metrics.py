@@ -64,11 +64,15 @@ class Ledger:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
         self.on_change()
 
-    def note_quarantine(self, q: Quarantine) -> None:
+    def note_quarantine(self, q: Quarantine, in_flight: str | None = None) -> None:
         """A damaged spool was moved aside: its pending events of this endpoint are dropped (by id where the moved
-        copy could be read; by the count this process had; else the quarantine is counted as ``unknown``)."""
-        ids = q.held.get(self.name, []) if q.held is not None else []
+        copy could be read; by the count this process had; else the quarantine is counted as ``unknown``). The
+        event ``in_flight`` (a request out, or delivered and not yet deleted) is left to its request's outcome: a
+        2xx delivered it, anything else is the endpoint's drop to count."""
+        ids = [i for i in q.held.get(self.name, []) if i != in_flight] if q.held is not None else []
         n: int | None = len(ids) if q.held is not None else q.counted.get(self.name)
+        if q.held is None and n and in_flight is not None:
+            n -= 1
         log.error(
             "%s: the spool was damaged (%s) and moved to %s; delivery goes on with a fresh spool; it held %s pending "
             "event(s) of this endpoint",
