@@ -69,7 +69,8 @@ class Ledger:
         copy could be read; by the count this process had; else the quarantine is counted as ``unknown``). The
         event ``in_flight`` (a request out, or delivered and not yet deleted) is left to its request's outcome: a
         2xx delivered it, anything else is the endpoint's drop to count."""
-        ids = [i for i in q.held.get(self.name, []) if i != in_flight] if q.held is not None else []
+        # Taken out of the record: the spool keeps its records for the process's life, the ids only until noted.
+        ids = [i for i in q.held.pop(self.name, []) if i != in_flight] if q.held is not None else []
         n: int | None = len(ids) if q.held is not None else q.counted.get(self.name)
         if q.held is None and n and in_flight is not None:
             n -= 1

@@ -100,6 +100,7 @@ async def test_damage_found_while_running_counts_what_each_endpoint_held(
         bus_a.publish(event(4))
         await until(lambda: a.dropped.get("spool_corrupt") == 3 and b.dropped.get("spool_corrupt") == 3, timeout=100)
         assert a.quarantined == b.quarantined == {"counted": 1}
+        assert a._spool is not None and [q.held for q in a._spool.quarantines] == [{}]  # ids not kept once counted
         assert a.state()["quarantines"][0]["events"] == 3
         up[0] = True
         bus_b.publish(event(5))
