@@ -3,7 +3,8 @@
 - *ingest* (``nvdaemon.sinks.spool_writer``) takes what the bus channel holds, commits it to the spool
   (``synchronous=FULL``) and only then forgets it; a write the stateDir refuses (full, read-only) keeps the events in
   a bounded memory buffer and is retried; on shutdown it drains the channel into the spool under a shielded
-  two-second deadline;
+  two-second deadline, and what is still only in memory when the endpoint is closed (the agent stopping, a reload
+  replacing or removing it) is dropped and counted (``unspooled_at_stop``);
 - *sender* reads the endpoint's oldest pending spooled event and POSTs it: one request in flight, so a later event
   never overtakes an earlier one; one keep-alive ``httpx.AsyncClient``. A spool write it needs (forgetting a
   delivered event, counting an attempt) that the stateDir refuses is retried before anything else is sent.
