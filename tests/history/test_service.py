@@ -196,11 +196,11 @@ async def test_a_full_state_dir_keeps_the_windows_for_the_next_flush_not_a_task_
 
     async with serving(sink):
         monkeypatch.setattr(HistoryStore, "write", full)
-        sink.ingest(temps("gpu0", (40.0, T0 + 1)))
-        await trio.sleep(310)
-        sink.ingest(temps("gpu0", (60.0, T0 + 301)))
-        await trio.sleep(300)  # two refused flushes: the task goes on, the windows stay
-        assert sink.flushes_refused == 2 and sink.last_error is not None and sink.store is not None
+        sink.ingest(temps("gpu0", (40.0, T0 + 1), (60.0, T0 + 301)))  # two windows
+        # A worker thread lets the mock clock jump: wait for the loop's flushes rather than a fixed time.
+        while sink.flushes_refused < 2:  # two refused flushes: the task goes on, the windows stay
+            await trio.sleep(1)
+        assert sink.last_error is not None and sink.store is not None and len(sink.windows.open) == 2
         monkeypatch.setattr(HistoryStore, "write", write)
         while sink.flushes_refused:
             await trio.sleep(1)
