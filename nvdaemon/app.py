@@ -139,12 +139,13 @@ class Agent:
             return
         log.info("restored %d active condition(s), event seq %d", len(self.engine.active), self.engine.seq)
 
-    async def persist_engine(self) -> None:
+    async def persist_engine(self, *, strict: bool = False) -> None:
         """Save active conditions and the event seq, but only once every durable sink (the webhook spool) holds
         the events that led there: saved state with an unspooled ENTER would lose that ENTER to a crash, while
         unsaved state only makes a restart detect the transition again (at-least-once). A durable sink whose spool
         refuses writes holds its ``committed_seq`` back, so nothing is saved past what it holds only in memory. A
-        write stateDir refuses is logged (once per streak) and retried on the next call, never raised."""
+        write stateDir refuses is logged (once per streak) and retried on the next call; it is raised (OSError) only
+        when ``strict``: a reload applying a config rolls back on it."""
         if not self._engine_dirty:
             return
         target = self.engine.seq
@@ -172,6 +173,8 @@ class Agent:
                 if self.engine_save_error is None:
                     log.error("engine state not saved (%s); retried every tick", exc.strerror or exc)
                 self.engine_save_error = exc.strerror or str(exc)
+                if strict:
+                    raise
                 return
             if self.engine_save_error is not None:
                 log.info("engine state saved again")
@@ -258,10 +261,18 @@ class Agent:
             n for n in self.sinks if n not in wanted or wanted[n].fingerprint() != self.sinks[n].fingerprint()
         ]:
             await sup.stop(name)
-            self.sinks.pop(name).close()
+            old = self.sinks.pop(name)
+            if name in wanted:  # subscribed before the old one lets go: no event published meanwhile goes nowhere
+                wanted[name].attach(self.bus)
+                self.sinks[name] = wanted[name]
+            old.close()  # counts what the old one still held (the webhook: events not spooled)
+            if name in wanted:
+                await sup.start(
+                    name, wanted[name].serve, critical=wanted[name].critical, fingerprint=wanted[name].fingerprint()
+                )
         for name, sink in wanted.items():
             if name in self.sinks:
-                continue  # an identical one is running
+                continue  # an identical one is running, or its replacement was started above
             sink.attach(self.bus)
             self.sinks[name] = sink
             await sup.start(name, sink.serve, critical=sink.critical, fingerprint=sink.fingerprint())
@@ -318,11 +329,7 @@ class Agent:
         self.loaded = new
         self.rules = rules
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
-        await self.persist_engine()
-        if self.engine_save_error is not None:
-            # persist_engine keeps a failed write for the next tick rather than raising (a full stateDir must not
-            # stop a tier); a reload, though, is refused when the state of the rules it retires cannot be saved.
-            raise OSError(f"engine state not saved: {self.engine_save_error}")
+        await self.persist_engine(strict=True)
         await self._sync_tasks()
 
     async def _sync_tasks(self) -> None:
@@ -462,6 +469,8 @@ class Agent:
             with trio.CancelScope(shield=True), trio.move_on_after(max(grace / 2, 0.5)):
                 self._engine_dirty = True
                 await self.persist_engine()
+            for sink in self.sinks.values():  # what a sink could not make durable is dropped, counted and logged
+                sink.close()
             http = sup.tasks.get("http")
             if http is not None:  # a server in its restart backoff is cancelled, not waited for
                 await self._stop_http(http, self.http_shutdown)

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from nvdaemon import gotime
+from nvdaemon.gotime import rfc3339  # one format for every time we write, as Go's time.Time
 
 Labels = tuple[tuple[str, str], ...]
 """Extra labels of a series, sorted by name; a tuple so that series keys are hashable."""
@@ -69,15 +69,6 @@ class Sample(msgspec.Struct, frozen=True):
     def series(self) -> tuple[str, str, Labels]:
         """The key a rule's state is tracked under: the full series, labels included."""
         return (self.metric, self.device, self.labels)
-
-
-def rfc3339(ts: float) -> str:
-    """Seconds since the epoch as an RFC 3339 time in UTC, the way Go's ``time.Time`` marshals it: at most
-    microseconds (all a float of epoch seconds holds), trailing zeros trimmed (``2026-01-02T03:04:05.1234Z``).
-
-    One format for every time we write (event data, the CloudEvent ``time``, REST), so a Go client reads them all.
-    """
-    return gotime.rfc3339(ts)
 
 
 COUNT_LABELS = ("node", "tier", "device", "condition", "severity", "phase", "xid")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdaemon.statefile import atomic_write, ensure_dir, quarantine
+from nvdaemon.statefile import atomic_write, ensure_dir, quarantine, quarantine_db
 
 
 def mode(path: Path) -> int:
@@ -121,3 +121,18 @@ def test_two_quarantines_in_one_second_keep_both_copies(tmp_path: Path, monkeypa
     second = quarantine(target, "bad")
     assert first != second
     assert sorted(p.read_bytes() for p in tmp_path.iterdir()) == [b"first damage", b"second damage"]
+
+
+def test_quarantine_db_keeps_each_wal_beside_its_database(tmp_path: Path) -> None:
+    path = tmp_path / "spool.db"
+    for round_ in ("first", "second"):  # a second quarantine overwrites nothing of the first
+        for suffix in ("", "-wal", "-shm"):
+            path.with_name(path.name + suffix).write_text(round_ + suffix)
+        quarantine_db(path, "test")
+    moved = [
+        p for p in tmp_path.iterdir() if p.name.startswith("spool.db.corrupt-") and p.name[-4:] not in ("-wal", "-shm")
+    ]
+    assert len(moved) == 2 and not any(path.with_name(path.name + s).exists() for s in ("", "-wal", "-shm"))
+    for db in moved:  # sqlite opening a moved copy finds its WAL under the name it looks for
+        round_ = db.read_text()
+        assert [Path(f"{db}{s}").read_text() for s in ("-wal", "-shm")] == [round_ + "-wal", round_ + "-shm"]

@@ -14,7 +14,10 @@ its ``stateDir`` in the soak's work directory. While it runs:
   and a client that never reads (it must be cut with 1013, nobody waiting for it);
 - **SIGHUP** every 5-10 s with a harmless config change (the load threshold 16 <-> 17, which the toggled load
   crosses either way; a rule that never fires added or removed);
-- **SIGKILL** half-way, then a restart on the same stateDir.
+- **SIGKILL** half-way, then a restart on the same stateDir;
+- **a full stateDir** (``bench/soak/disk.py``; root only, else skipped and said so in the verdict): the stateDir is
+  a 128 MiB tmpfs of its own; at 60% of the run a ballast file fills it to the last byte for a tenth of the run (at
+  least 8 s), then is deleted.
 
 Then the chaos stops (receiver ok, connector up with the agent's token, files frozen with the CPU still hot), the
 agent drains, and the soak checks (figures for each; any FAIL makes the verdict fail):
@@ -29,7 +32,11 @@ agent drains, and the soak checks (figures for each; any FAIL makes the verdict 
 5. every SIGHUP was applied (``reloads.ok``), none rejected;
 6. no task is stuck restarting: all running at the end, no restart while the agent settled, ``/healthz`` 200;
 7. RSS and open fds did not grow after the warm-up (per agent process: the SIGKILL restart starts a new baseline);
-8. SIGTERM: exit 0 within ``shutdownGraceSeconds``; afterwards the spool holds no pending event and no dead letter.
+8. SIGTERM: exit 0 within ``shutdownGraceSeconds``; afterwards the spool holds no pending event and no dead letter;
+9. emitted = delivered + counted drops, exactly: every emitted event was acked, or dropped and logged by id (the
+   webhook logs each drop with its ids), or lost with the kill; the last run's drop counters equal its logged drops;
+10. the full stateDir showed (the endpoint ``degraded`` with ``stateWritable`` false, ``nodevitals_sink_state_writable``
+    0) and was recovered from (writable again, nothing left ``unspooled``).
 
 Where "every event the engine emitted" comes from: the agent logs each event (logger ``nvdaemon.events``, JSON with
 the event) in ``Agent.emit`` *before* publishing it to the bus, so the two runs' logs list every event emitted, by
@@ -38,7 +45,8 @@ spool has committed every event up to that state's seq, so a SIGKILL can lose an
 spooled; the engine then never saved the transition and detects it again after the restart (at-least-once, as
 designed). The events that must arrive are therefore: every event of the final run (SIGTERM drains the bus into the
 spool), every event of the killed run with a seq up to the seq of the ``engine.json`` found after the kill, and
-every event found in the spool after the kill (read before the restart). Anything else from the killed run is
+every event found in the spool after the kill (read before the restart), less the events a run dropped and logged
+by id (e.g. held in memory past its bound while the stateDir was full). Anything else from the killed run is
 reported as "lost with the kill"; check 2 then shows the restart re-detected what mattered.
 
 Modules: ``host`` (the fixture host and its faults), ``receiver`` and ``clients`` (the webhook receiver and the

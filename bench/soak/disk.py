@@ -36,21 +36,7 @@ class StateDisk:
 
     def fill(self) -> int:
         """Write the ballast until the filesystem is full; return its size in bytes."""
-        fd = os.open(self.ballast, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        block = b"\0" * CHUNK
-        try:
-            while True:
-                try:
-                    os.write(fd, block)
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    if len(block) == 1:
-                        break
-                    block = block[: len(block) // 2]  # the last bytes too
-        finally:
-            os.close(fd)
-        return self.ballast.stat().st_size
+        return fill(self.ballast)
 
     def free(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -65,3 +51,22 @@ class StateDisk:
             shutil.copytree(self.path, keep, dirs_exist_ok=True)
         subprocess.run(["umount", "-l", str(self.path)], capture_output=True, check=False)
         self.mounted = False
+
+
+def fill(ballast: Path) -> int:
+    """Write ``ballast`` until its filesystem is full, to the last byte; return its size in bytes."""
+    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    block = b"\0" * CHUNK
+    try:
+        while True:
+            try:
+                os.write(fd, block)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                if len(block) == 1:
+                    break
+                block = block[: len(block) // 2]  # the last bytes too
+    finally:
+        os.close(fd)
+    return ballast.stat().st_size

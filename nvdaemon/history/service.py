@@ -7,6 +7,7 @@ alike), so the connection is only ever used by one thread at a time. On stop (SI
 deadline-bound final flush writes the complete windows and saves the windows in progress to the ``pending`` table,
 which the next start reads back: a graceful restart loses only the samples it did not take, a crash at most the
 window in progress. A database sqlite calls corrupt, when opened or later, is moved aside and a fresh one started.
+A flush the stateDir refuses (full, read-only) keeps its windows in memory for the next one (``lastError``).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class HistorySink(Sink):
         self.db_bytes = 0
         self.flushes = 0
         self.quarantined = 0
+        self.flushes_refused = 0  # in a row: the stateDir refuses writes
         self.last_flush_at: float | None = None
         self.last_error: str | None = None
 
@@ -75,6 +77,8 @@ class HistorySink(Sink):
         self.windows.ingest(snap.samples, snap.collected_at)
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        import sqlite3  # here, not at the top: an agent without history never loads it
+
         from nvdaemon.history.store import open_store
 
         self.store, moved = await trio.to_thread.run_sync(open_store, self.path, limiter=self.limiter)
@@ -88,7 +92,18 @@ class HistorySink(Sink):
             while True:
                 now = self.wall()
                 await trio.sleep(max(0.0, window_end(now, interval) + SETTLE_SECONDS - now))
-                await self.flush()
+                try:
+                    await self.flush()
+                except (sqlite3.OperationalError, OSError) as exc:
+                    # A full or read-only stateDir: the windows stay in memory and the next window's flush writes
+                    # them too. A task restart would only fail the same way, and log a traceback each time.
+                    if self.flushes_refused == 0:
+                        log.error("history: windows not written (%s); kept in memory and retried", exc)
+                    self.flushes_refused += 1
+                    continue
+                if self.flushes_refused:
+                    log.info("history: windows written again after %d refused flush(es)", self.flushes_refused)
+                    self.flushes_refused = 0
         finally:
             grace = self.agent.loaded.config.shutdown_grace_seconds
             with trio.CancelScope(shield=True), trio.move_on_after(min(FINAL_FLUSH_SECONDS, grace / 2)):
@@ -153,7 +168,8 @@ class HistorySink(Sink):
         and ``fn`` run once more on it."""
         import sqlite3
 
-        from nvdaemon.history.store import HistoryStore, is_corrupt, quarantine_db
+        from nvdaemon.history.store import HistoryStore, is_corrupt
+        from nvdaemon.statefile import quarantine_db
 
         store = self.store
         if store is None:

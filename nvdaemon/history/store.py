@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,7 @@ from nvdaemon.history.core import (
     to_minutes,
 )
 from nvdaemon.sqlitetx import transaction
-from nvdaemon.statefile import ensure_dir, quarantine
+from nvdaemon.statefile import ensure_dir, quarantine_db
 
 log = logging.getLogger(__name__)
 
@@ -247,19 +246,6 @@ class HistoryStore:
 
 def _newer(version: int) -> None:
     raise sqlite3.DatabaseError(f"file is not a database of this version (user_version {version})")
-
-
-def quarantine_db(path: Path, why: str) -> None:
-    """Move a damaged database (and its WAL and shared-memory files) aside for a post-mortem. The WAL goes beside
-    the moved copy under the name sqlite looks for (``history.db.corrupt-<time>-wal``), so opening that copy reads
-    it, and a later quarantine never overwrites an earlier one's."""
-    moved = quarantine(path, why) if path.exists() else None
-    for suffix in ("-wal", "-shm"):
-        extra = path.with_name(path.name + suffix)
-        if extra.exists():
-            os.replace(
-                extra, path.with_name(f"{path.name}{suffix}.corrupt") if moved is None else Path(f"{moved}{suffix}")
-            )
 
 
 def open_store(path: Path) -> tuple[HistoryStore, bool]:

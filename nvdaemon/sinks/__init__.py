@@ -70,10 +70,13 @@ class Sink(abc.ABC):
             await self._committed.wait()
 
     def close(self) -> None:
-        """Unsubscribe; called when the sink is replaced or removed (after its task has stopped)."""
-        if self._bus is not None:
-            self._bus.unsubscribe(self.name)
-            self._bus = None
+        """Unsubscribe; called when the sink is replaced or removed, or the agent stops (after its task has stopped).
+        A replacement subscribed under the same name first keeps its subscription."""
+        bus, self._bus = self._bus, None
+        if bus is not None:
+            sub = bus.subscriptions.get(self.name)
+            if sub is not None and sub.receive is self.events:
+                bus.unsubscribe(self.name)
 
     def metrics(self) -> Iterable[Metric]:
         return ()

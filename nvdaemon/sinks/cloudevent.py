@@ -9,7 +9,7 @@ Attributes, as the Go agent sends them (nodevitals-contract.md §3): ``specversi
 ``com.nodevitals.hw.event.v1``, ``source`` ``nodevitals/<node>``, ``id`` the event id (stable across retries, and the
 ``webhook-id``), ``time`` when the transition happened (``ended_at`` for an EXIT that has one, else ``started_at``),
 ``datacontenttype`` ``application/json``; no ``subject``. ``data`` is ``Event.wire()``. Every time is RFC 3339 in
-UTC, as Go writes a time (``model.rfc3339``).
+UTC, as Go writes a time (``gotime.rfc3339``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from nvdaemon.model import Event, Phase, rfc3339
+from nvdaemon.gotime import rfc3339
+from nvdaemon.model import Event, Phase
 
 SPECVERSION = "1.0"
 TYPE = "com.nodevitals.hw.event.v1"

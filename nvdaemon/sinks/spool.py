@@ -117,8 +117,19 @@ class SpoolDB:
         self.db.close()
 
     def _tx(self, sync: str, fn: Callable[[], T]) -> T:
+        """``fn`` in one write transaction; the cached shares it changed are put back when that rolls back (a full
+        disk fails the COMMIT itself, after ``fn`` counted its deletes: a retried delete must not count twice)."""
+        saved = {endpoint: (sh.pending, sh.dead, sh.bytes) for endpoint, sh in self._shares.items()}
         self.db.execute(f"PRAGMA synchronous={sync}")
-        result = transaction(self.db, fn)
+        try:
+            result = transaction(self.db, fn)
+        except BaseException:
+            for endpoint, sh in list(self._shares.items()):
+                if endpoint in saved:
+                    sh.pending, sh.dead, sh.bytes = saved[endpoint]
+                else:
+                    del self._shares[endpoint]
+            raise
         if self.free_space() < LOW_SPACE:
             with contextlib.suppress(sqlite3.Error):  # committed all the same; the next write tries again
                 self.checkpoint()
@@ -223,11 +234,7 @@ class SpoolDB:
                 drops["spool_full_bytes"] = self._evict(endpoint, sh, lambda: sh.bytes > max_bytes)
             return drops
 
-        try:
-            return self._tx("FULL", work)
-        except BaseException:
-            self._shares.pop(endpoint, None)  # rolled back: counted again on the next use (this file may be unreadable)
-            raise
+        return self._tx("FULL", work)
 
     def _evict(self, endpoint: str, sh: Share, over: Callable[[], bool]) -> list[str]:
         victims = self.db.execute(

@@ -279,8 +279,8 @@ class SpoolWriter:
                         break
             if self.buffer:
                 log.warning(
-                    "%s: %d event(s) not in the spool as the writer stops (held in memory; engine state is not saved "
-                    "past them)",
+                    "%s: %d event(s) not in the spool as the writer stops (held in memory for a restart of the task; "
+                    "dropped and counted if the endpoint is closed; engine state is not saved past them)",
                     self.name,
                     len(self.buffer),
                 )

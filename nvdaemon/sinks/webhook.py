@@ -3,7 +3,8 @@
 - *ingest* (``nvdaemon.sinks.spool_writer``) takes what the bus channel holds, commits it to the spool
   (``synchronous=FULL``) and only then forgets it; a write the stateDir refuses (full, read-only) keeps the events in
   a bounded memory buffer and is retried; on shutdown it drains the channel into the spool under a shielded
-  two-second deadline;
+  two-second deadline, and what is still only in memory when the endpoint is closed (the agent stopping, a reload
+  replacing or removing it) is dropped and counted (``unspooled_at_stop``);
 - *sender* reads the endpoint's oldest pending spooled event and POSTs it: one request in flight, so a later event
   never overtakes an earlier one; one keep-alive ``httpx.AsyncClient``. A spool write it needs (forgetting a
   delivered event, counting an attempt) that the stateDir refuses is retried before anything else is sent.
@@ -17,7 +18,8 @@ events keep being spooled. Any other status is retried ``maxAttempts`` times in 
 Storage: while the spool cannot be written the endpoint's state is ``degraded`` (``storageError`` says why, and the
 supervised task's ``lastError`` in the status document), ``nodevitals_sink_state_writable{sink}`` is 0. A damaged
 spool is moved aside (``nvdaemon.sinks.spool_io``) and delivery goes on with a fresh one; its pending events are
-counted as dropped (``spool_corrupt``) when they can be read, and the quarantine is counted either way. Every drop is
+counted as dropped (``spool_corrupt``) when they can be read, and the quarantine is counted either way; the event
+whose request was out meanwhile is delivered on a 2xx, else dropped then, never both. Every drop is
 counted by reason (``dropped``, ``nodevitals_webhook_dropped_total{sink,reason}``) and logged with its event ids.
 
 Secrets only ever reach the HMAC; URLs only ever appear as ``host[:port]`` in names, logs, metrics and state.
@@ -157,6 +159,7 @@ class WebhookEndpoint(Sink):
         self._kick = trio.Event()
         self._spool: Spool | None = None
         self._quarantines_seen = 0
+        self._in_flight: str | None = None  # the event a request is out for, or delivered and not yet deleted
 
     def fingerprint(self) -> Hashable:
         return (
@@ -173,12 +176,18 @@ class WebhookEndpoint(Sink):
         self.writer.taken_seq = self.committed_seq
 
     def close(self) -> None:
-        """Replaced or removed: events still only in memory are dropped, counted and logged."""
-        left = self.writer.buffer.all()
-        if left:
-            self.writer.buffer = type(self.writer.buffer)(self.writer.buffer.max_events, self.writer.buffer.max_bytes)
-            self.drop("unspooled_at_stop", [i.event_id for i in left])
-        super().close()
+        """Replaced, removed or the agent stopping (after the task stopped): events still only in memory, in the
+        writer's buffer or still in the bus channel (the writer's final drain stops at a refused write or its
+        deadline), are dropped, counted and logged."""
+        super().close()  # no event arrives after this
+        left = [i.event_id for i in self.writer.buffer.all()]
+        self.writer.buffer = type(self.writer.buffer)(self.writer.buffer.max_events, self.writer.buffer.max_bytes)
+        while True:
+            try:
+                left.append(self.events.receive_nowait().id)
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+        self.drop("unspooled_at_stop", left)
 
     # ---- observability --------------------------------------------------------------------------------------
     def _changed(self) -> None:
@@ -242,7 +251,7 @@ class WebhookEndpoint(Sink):
 
     def _note_quarantines(self, spool: Spool) -> None:
         for q in spool.quarantines[self._quarantines_seen :]:
-            self.ledger.note_quarantine(q)
+            self.ledger.note_quarantine(q, self._in_flight)
         self._quarantines_seen = len(spool.quarantines)
         self.backlog = self.dead_letters = 0
         self._changed()
@@ -296,7 +305,7 @@ class WebhookEndpoint(Sink):
     async def _send_loop(self, spool: Spool, client: httpx.AsyncClient) -> None:
         failures = corrupt_streak = 0
         rejections, rejected_seq = 0, -1
-        prefetched: tuple[Row | None] | None = None
+        prefetched: tuple[Row | None, int] | None = None  # (next row, the spool generation it was read from)
         forget: Row | None = None  # delivered, but its row is not deleted yet (the stateDir refused the write)
         refresh = True  # read this endpoint's disabled flag and share (at start, and from a fresh spool)
         while True:
@@ -308,8 +317,8 @@ class WebhookEndpoint(Sink):
                     refresh = False
                 if forget is not None:
                     self._kick = trio.Event()
-                    prefetched = (await self._call(spool, SpoolDB.delivered, self.name, forget.seq, forget.event_id),)
-                    forget = None
+                    prefetched = await self._call(spool, _forget, spool, self.name, forget.seq, forget.event_id)
+                    forget = self._in_flight = None
                     self._room_made()
                 corrupt_streak = 0
                 if self.disabled_reason is not None:
@@ -318,10 +327,10 @@ class WebhookEndpoint(Sink):
                     self.disabled_reason = await self._call(spool, SpoolDB.disabled, self.name, self.url_hash)
                     continue
                 if prefetched is not None:
-                    row, prefetched = prefetched[0], None  # read right after the last delivery, one thread hop fewer
+                    (row, gen), prefetched = prefetched, None  # read right after the last delivery, one hop fewer
                 else:
                     self._kick = trio.Event()
-                    row = await self._call(spool, SpoolDB.head, self.name)
+                    row, gen = await self._call(spool, _head, spool, self.name)
                 if row is None:
                     self.status = "active"
                     with trio.move_on_after(IDLE_POLL) as idle:
@@ -330,10 +339,18 @@ class WebhookEndpoint(Sink):
                         await self._call(spool, SpoolDB.share, self.name, True)
                         self._sync_share()
                     continue
+                if gen != len(spool.quarantines):
+                    continue  # read from a file since moved aside, and counted with it: never sent
                 if self.wall() - row.enqueued > self.hook.max_age_hours * 3600:
                     await self._bury(spool, row, row.attempts, "expired")
                     continue
-                outcome, error, wait = await self._attempt(client, row.body)
+                self._in_flight, outcome = row.event_id, ""
+                try:
+                    outcome, error, wait = await self._attempt(client, row.body)
+                    if len(spool.quarantines) > self._quarantines_seen:
+                        self._note_quarantines(spool)  # moved aside meanwhile: this event is the request's to count
+                finally:
+                    self._in_flight = row.event_id if outcome == "success" else None
                 if outcome == "success":
                     self._kick = trio.Event()
                     if failures:
@@ -342,7 +359,8 @@ class WebhookEndpoint(Sink):
                     self.status, self.last_error, self.last_success = "active", None, self.wall()
                     self.latency.observe(max(0.0, self.last_success - row.enqueued))
                     try:
-                        prefetched = (await self._call(spool, SpoolDB.delivered, self.name, row.seq, row.event_id),)
+                        prefetched = await self._call(spool, _forget, spool, self.name, row.seq, row.event_id)
+                        self._in_flight = None
                         if self.health.error is not None:
                             self.writer.wake()  # room made in a full spool
                     except SpoolUnwritable:
@@ -354,6 +372,9 @@ class WebhookEndpoint(Sink):
                     continue
                 self._count(self.attempts, outcome)
                 assert error is not None
+                if gen != len(spool.quarantines):  # its file was moved aside while the request was out
+                    self.drop("spool_corrupt", [row.event_id])
+                    continue
                 if outcome == "gone":
                     log.error(
                         "%s: the receiver answered 410 Gone; endpoint disabled until `nvdaemon spool retry`", self.name
@@ -383,7 +404,7 @@ class WebhookEndpoint(Sink):
                 await trio.sleep(self.health.delay())
             except SpoolCorrupt:
                 # A fresh spool: nothing read from the old one is valid (its events were counted as dropped).
-                prefetched, forget, refresh = None, None, True
+                prefetched, forget, refresh, self._in_flight = None, None, True, None
                 corrupt_streak += 1
                 if corrupt_streak > 1:
                     await trio.sleep(self.health.delay())
@@ -447,3 +468,14 @@ def build(agent: Agent) -> list[Sink]:
         WebhookEndpoint(name, hook, cfg.spool, agent.loaded.state_dir, on_change=_bump(agent))
         for name, hook in zip(names, hooks, strict=True)
     ]
+
+
+def _head(db: SpoolDB, spool: Spool, endpoint: str) -> tuple[Row | None, int]:
+    """The endpoint's oldest pending row, and the generation of the spool file it was read from (its count of
+    quarantines, read in the same worker-thread call, so no quarantine can come between the two)."""
+    return db.head(endpoint), len(spool.quarantines)
+
+
+def _forget(db: SpoolDB, spool: Spool, endpoint: str, seq: int, event_id: str) -> tuple[Row | None, int]:
+    """Delete a delivered row; the next row and its generation, as ``_head``."""
+    return db.delivered(endpoint, seq, event_id), len(spool.quarantines)

@@ -21,7 +21,8 @@ BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 DROP_REASONS = (
     "spool_full_events, spool_full_bytes (spool over its bound), spool_unwritable (stateDir refused writes and the "
     "in-memory buffer was full), spool_corrupt (pending in a damaged spool that was moved aside), "
-    "unspooled_at_stop (in memory when the endpoint was removed or replaced), expired, rejected (dead letters)"
+    "unspooled_at_stop (in memory when the endpoint was removed or replaced or the agent stopped), expired, rejected "
+    "(dead letters)"
 )
 
 
@@ -63,11 +64,16 @@ class Ledger:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
         self.on_change()
 
-    def note_quarantine(self, q: Quarantine) -> None:
+    def note_quarantine(self, q: Quarantine, in_flight: str | None = None) -> None:
         """A damaged spool was moved aside: its pending events of this endpoint are dropped (by id where the moved
-        copy could be read; by the count this process had; else the quarantine is counted as ``unknown``)."""
-        ids = q.held.get(self.name, []) if q.held is not None else []
+        copy could be read; by the count this process had; else the quarantine is counted as ``unknown``). The
+        event ``in_flight`` (a request out, or delivered and not yet deleted) is left to its request's outcome: a
+        2xx delivered it, anything else is the endpoint's drop to count."""
+        # Taken out of the record: the spool keeps its records for the process's life, the ids only until noted.
+        ids = [i for i in q.held.pop(self.name, []) if i != in_flight] if q.held is not None else []
         n: int | None = len(ids) if q.held is not None else q.counted.get(self.name)
+        if q.held is None and n and in_flight is not None:
+            n -= 1
         log.error(
             "%s: the spool was damaged (%s) and moved to %s; delivery goes on with a fresh spool; it held %s pending "
             "event(s) of this endpoint",

@@ -5,6 +5,7 @@ aside, metrics and state, and the agent's wiring (on_snapshot -> ingest, shutdow
 from __future__ import annotations
 
 import logging
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,27 @@ async def test_history_disabled_builds_nothing(tmp_path: Path) -> None:
         assert "history" not in agent.sinks
         nursery.cancel_scope.cancel()
     assert not (tmp_path / "state" / "history.db").exists()
+
+
+async def test_a_full_state_dir_keeps_the_windows_for_the_next_flush_not_a_task_crash(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent(tmp_path)
+    base = T0 - trio.current_time()
+    sink = HistorySink(agent, agent.loaded.config.history, wall=lambda: base + trio.current_time())
+    write = HistoryStore.write
+
+    def full(*args: object, **kwargs: object) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    async with serving(sink):
+        monkeypatch.setattr(HistoryStore, "write", full)
+        sink.ingest(temps("gpu0", (40.0, T0 + 1), (60.0, T0 + 301)))  # two windows
+        # A worker thread lets the mock clock jump: wait for the loop's flushes rather than a fixed time.
+        while sink.flushes_refused < 2:  # two refused flushes: the task goes on, the windows stay
+            await trio.sleep(1)
+        assert sink.last_error is not None and sink.store is not None and len(sink.windows.open) == 2
+        monkeypatch.setattr(HistoryStore, "write", write)
+        while sink.flushes_refused:
+            await trio.sleep(1)
+        assert await points(sink) == [(T0 + 300, 40.0, 40.0, 40.0), (T0 + 600, 60.0, 60.0, 60.0)]

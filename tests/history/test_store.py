@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nvdaemon.history.core import EPOCH, Acc, SeriesKey, TooManyPoints, WindowKey, to_minutes
-from nvdaemon.history.store import HistoryStore, open_store, quarantine_db
+from nvdaemon.history.store import HistoryStore, open_store
 from tests.history.helpers import T0
 
 GPU0: SeriesKey = ("gpu_temperature_celsius", "gpu0", ())
@@ -105,23 +105,6 @@ def test_garbage_file_is_moved_aside_and_a_fresh_one_started(tmp_path: Path, cap
     store.close()
     _, moved = open_store(path)
     assert not moved
-
-
-def test_quarantine_keeps_each_wal_beside_its_database(tmp_path: Path) -> None:
-    path = tmp_path / "history.db"
-    for round_ in ("first", "second"):  # a second quarantine overwrites nothing of the first
-        for suffix in ("", "-wal", "-shm"):
-            path.with_name(path.name + suffix).write_text(round_ + suffix)
-        quarantine_db(path, "test")
-    moved = [
-        p
-        for p in tmp_path.iterdir()
-        if p.name.startswith("history.db.corrupt-") and p.name[-4:] not in ("-wal", "-shm")
-    ]
-    assert len(moved) == 2 and not any(path.with_name(path.name + s).exists() for s in ("", "-wal", "-shm"))
-    for db in moved:  # sqlite opening a moved copy finds its WAL under the name it looks for
-        round_ = db.read_text()
-        assert [Path(f"{db}{s}").read_text() for s in ("-wal", "-shm")] == [round_ + "-wal", round_ + "-shm"]
 
 
 def test_a_healthy_file_opens_untouched(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ one. Mounting needs root; elsewhere the tests that need it skip, saying why."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import subprocess
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-CHUNK = 4096
+from bench.soak import disk
 
 
 def can_mount() -> str | None:
@@ -43,18 +42,7 @@ def tmpfs(path: Path, size: str, read_only: bool = False) -> Iterator[Path]:
 def fill(directory: Path, leave: int = 0) -> Path:
     """Write a ballast file into ``directory`` until the filesystem is full, then give back ``leave`` bytes."""
     ballast = directory / "ballast"
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        block = b"\0" * CHUNK
-        while True:
-            try:
-                os.write(fd, block)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                break
-        if leave:
-            os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
-    finally:
-        os.close(fd)
+    size = disk.fill(ballast)
+    if leave:
+        os.truncate(ballast, max(0, size - leave))
     return ballast

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
-from nvdaemon.sinks.spool import DEAD, PENDING, SpoolDB
+from nvdaemon.sinks.spool import DEAD, PENDING, Share, SpoolDB
+from nvdaemon.sqlitetx import transaction
+
+T = TypeVar("T")
 
 INFO, WARNING, CRITICAL = 0, 1, 2
 BIG = 10**9
@@ -121,3 +126,54 @@ def test_a_failed_commit_leaves_nothing_half_done(db: SpoolDB) -> None:
         db.add("a", [("e2", INFO, b"x"), ("e3", INFO, object())], BIG, BIG)  # type: ignore[list-item]
     assert ids(db) == ["e1"]
     assert db.share("a").pending == 1
+
+
+class CommitFails(SpoolDB):
+    """Every write transaction does its work and is then refused, as a full disk refuses the COMMIT in WAL mode."""
+
+    refuse = False
+
+    def _tx(self, sync: str, fn: Callable[[], T]) -> T:
+        def then_refused() -> T:
+            result = fn()
+            if self.refuse:
+                raise sqlite3.OperationalError("database or disk is full")
+            return result
+
+        return super()._tx(sync, then_refused)
+
+
+def test_a_refused_write_leaves_the_cached_share_as_on_disk(tmp_path: Path) -> None:
+    """The sender retries a delete the disk refused; the share the bounds are checked against counts it once."""
+    db = CommitFails(tmp_path / "spool.db")
+    db.add("a", [(f"e{i}", WARNING, b"xx") for i in range(3)], BIG, BIG)
+    head = db.head("a")
+    assert head is not None
+    db.refuse = True
+    for _ in range(3):
+        with pytest.raises(sqlite3.OperationalError):
+            db.delivered("a", head.seq, head.event_id)
+        with pytest.raises(sqlite3.OperationalError):
+            db.bury("a", head.seq, head.event_id, 1, "rejected", "HTTP 400")
+    assert (db.share("a").pending, db.share("a").dead, db.share("a").bytes) == (3, 0, 6)
+    with pytest.raises(sqlite3.OperationalError):
+        db.add("a", [("e9", WARNING, b"xx")], BIG, BIG)
+    assert (db.share("a").pending, db.share("a").dead, db.share("a").bytes) == (3, 0, 6)
+    db.refuse = False
+    db.delivered("a", head.seq, head.event_id)
+    assert db.share("a") == db.share("a", refresh=True) == Share(pending=2, dead=0, bytes=4)
+
+
+def test_a_refused_commit_leaves_no_transaction_open(tmp_path: Path) -> None:
+    """A COMMIT sqlite refuses without rolling back itself (here a deferred foreign key): the next one still works."""
+    db = sqlite3.connect(tmp_path / "t.db", isolation_level=None)
+    db.executescript(
+        "PRAGMA foreign_keys=ON; CREATE TABLE p (id INTEGER PRIMARY KEY);"
+        "CREATE TABLE c (p INTEGER REFERENCES p (id) DEFERRABLE INITIALLY DEFERRED);"
+    )
+    with pytest.raises(sqlite3.IntegrityError):
+        transaction(db, lambda: db.execute("INSERT INTO c VALUES (1)"))
+    assert not db.in_transaction
+    transaction(db, lambda: db.execute("INSERT INTO p VALUES (1)"))
+    assert db.execute("SELECT COUNT(*) FROM p").fetchone()[0] == 1
+    assert db.execute("SELECT COUNT(*) FROM c").fetchone()[0] == 0

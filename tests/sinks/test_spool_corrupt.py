@@ -100,6 +100,7 @@ async def test_damage_found_while_running_counts_what_each_endpoint_held(
         bus_a.publish(event(4))
         await until(lambda: a.dropped.get("spool_corrupt") == 3 and b.dropped.get("spool_corrupt") == 3, timeout=100)
         assert a.quarantined == b.quarantined == {"counted": 1}
+        assert a._spool is not None and [q.held for q in a._spool.quarantines] == [{}]  # ids not kept once counted
         assert a.state()["quarantines"][0]["events"] == 3
         up[0] = True
         bus_b.publish(event(5))
@@ -148,3 +149,65 @@ async def test_a_damaged_spool_on_a_read_only_state_dir_is_reported_not_a_crash(
             assert "cannot move it aside" in (sink.health.error or "")
             assert sink.state()["state"] == "degraded" and sink.committed_seq == 0 and sink.quarantined == {}
         assert (state / FILE).exists() and script.delivered == []
+
+
+async def test_an_event_delivered_as_its_spool_is_found_damaged_is_delivered_not_also_dropped(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The receiver acks event 1, and deleting it finds the file damaged: the moved copy still lists it as pending,
+    but it was delivered. emitted = delivered + dropped, each event in exactly one."""
+    faults = Faults()
+
+    def answer(seq: int, n: int) -> httpx.Response:
+        if seq == 1:
+            faults.once = malformed()  # the delete that follows this 200
+        return httpx.Response(200)
+
+    script = Script(answer)
+    async with running(tmp_path, hook(URL), transport=script.transport(), opener=faults.opener) as (sink, bus):
+        for i in (1, 2):
+            bus.publish(event(i))
+        await until(lambda: sink.quarantined == {"counted": 1}, timeout=100)
+        bus.publish(event(3))
+        await until(lambda: 3 in script.delivered, timeout=100)
+    dropped = {i for r in caplog.records if (d := getattr(r, "dropped", None)) for i in d["ids"]}
+    delivered = {event(s).id for s in script.delivered}
+    assert not dropped & delivered, (sorted(script.delivered), sink.dropped)
+    assert dropped | delivered == {event(i).id for i in (1, 2, 3)}
+    assert sum(sink.dropped.values()) == len(dropped)
+
+
+async def test_an_event_whose_spool_is_replaced_while_its_request_fails_is_dropped_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Endpoint a's request for event 1 is out (it will time out) when endpoint b's write finds the file damaged:
+    a's event 1 is gone with the moved file and counted once, as a drop."""
+    faults = Faults()
+    script_a = Script(lambda seq, n: None if seq == 1 and n == 1 else httpx.Response(200))
+    script_b = Script(lambda seq, n: httpx.Response(200))
+    async with (
+        running(
+            tmp_path,
+            hook(URL, timeoutSeconds=5),
+            name="webhook:a",
+            transport=script_a.transport(),
+            opener=faults.opener,
+        ) as (a, bus_a),
+        running(tmp_path, hook(URL), name="webhook:b", transport=script_b.transport(), opener=faults.opener) as (
+            _,
+            bus_b,
+        ),
+    ):
+        bus_a.publish(event(1))
+        await until(lambda: len(script_a.calls) == 1)
+        faults.once = malformed()
+        bus_b.publish(event(2))  # b's write finds the file damaged while a's request is out
+        await until(lambda: a.quarantined == {"counted": 1} and script_b.delivered == [2], timeout=100)
+        await until(lambda: sum(a.dropped.values()) >= 1, timeout=100)
+        bus_a.publish(event(3))
+        await until(lambda: script_a.delivered == [3], timeout=100)
+    assert a.dropped == {"spool_corrupt": 1} and script_a.delivered == [3]
+    dropped_a = [
+        i for r in caplog.records if (d := getattr(r, "dropped", None)) and d["sink"] == "webhook:a" for i in d["ids"]
+    ]
+    assert dropped_a == [event(1).id]

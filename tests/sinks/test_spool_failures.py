@@ -129,3 +129,28 @@ async def test_a_state_dir_that_cannot_hold_the_spool_at_all_does_not_crash_the_
         faults.open_error = None
         await until(lambda: script.delivered == [1], timeout=100)
         assert sink.committed_seq == 1 and sink.health.error is None
+
+
+async def test_closing_a_stopped_endpoint_counts_every_event_it_held_in_memory_or_in_its_channel(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Replaced on reload, removed, or the agent stopping while the stateDir refuses writes: what the writer held in
+    memory and what was still in the bus channel (its final drain stops at the first refused write) is dropped
+    and counted, so emitted = delivered + counted drops."""
+    faults = Faults()
+    script = Script(ok)
+    caplog.set_level(logging.WARNING, "nvdaemon.sinks.webhook_metrics")
+    async with running(tmp_path, hook(URL), transport=script.transport(), opener=faults.opener) as (sink, bus):
+        bus.publish(event(1))
+        await until(lambda: script.delivered == [1])
+        faults.error = disk_full()
+        for i in range(2, 6):
+            bus.publish(event(i))
+        await until(lambda: len(sink.writer.buffer) == 4)
+    for i in range(6, 9):  # published after the task stopped, before the sink is closed
+        bus.publish(event(i))
+    sink.close()
+    assert sink.dropped == {"unspooled_at_stop": 7}
+    dropped_ids = {i for r in caplog.records if (d := getattr(r, "dropped", None)) for i in d["ids"]}
+    assert dropped_ids == {event(i).id for i in range(2, 9)}
+    assert "webhook:test" not in bus.subscriptions and len(sink.writer.buffer) == 0
