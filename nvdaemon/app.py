@@ -31,8 +31,7 @@ from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE as NODE_EXPORTER_TABLE
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
 from nvdaemon.config import ConfigError, LoadedConfig
-from nvdaemon.gpu import GpuRuntime, close_gpu, open_gpu
-from nvdaemon.gpu.podresources import sync_podresources
+from nvdaemon.gpu import GpuRuntime, close_gpu, open_gpu, podresources
 from nvdaemon.gpu.xid import TASK_NAME as XID_TASK
 from nvdaemon.gpu.xid import serve_xid
 from nvdaemon.history.service import HistorySink
@@ -250,7 +249,33 @@ class Agent:
             )
         if self.gpu is not None and self.loaded.config.gpu.xid:
             await sup.start(XID_TASK, serve_xid, self, fingerprint=XID_TASK)
-        await sync_podresources(self)  # GPU pod attribution (dcgmCompat.podAttribution)
+        await self.sync_podresources()  # GPU pod attribution (dcgmCompat.podAttribution)
+
+    def note_change(self) -> None:
+        """Something /metrics shows changed besides snapshots and events: the cached page is rendered again."""
+        self.changes += 1
+
+    async def sync_podresources(self) -> None:
+        """Start, restart (changed config) or stop the pod-resources refresh task, at start and after a reload."""
+        sup = self.supervisor
+        assert sup is not None
+        cfg, interval = self.loaded.config.dcgm_compat, self.interval("gpu")
+        fingerprint = podresources.fingerprint(cfg, interval)
+        running = sup.tasks.get(podresources.TASK_NAME)
+        wanted = self.gpu is not None and cfg.pod_attribution
+        if running is not None and (not wanted or running.fingerprint != fingerprint):
+            await sup.stop(podresources.TASK_NAME)
+            running = None
+        if self.gpu is not None and wanted and running is None:
+            await sup.start(
+                podresources.TASK_NAME,
+                podresources.serve_podresources,
+                self.gpu,
+                cfg,
+                interval,
+                self.note_change,
+                fingerprint=fingerprint,
+            )
 
     async def sync_sinks(self) -> None:
         """Start sinks the config asks for; keep unchanged ones running; replace changed ones; stop removed ones."""
@@ -346,7 +371,7 @@ class Agent:
             running = sup.tasks.get(name)
             if running is None or running.fingerprint != self.tier_fingerprint(tier):
                 await sup.start(name, serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier))
-        await sync_podresources(self)  # GPU pod attribution: started, stopped or re-targeted with the config
+        await self.sync_podresources()  # GPU pod attribution: started, stopped or re-targeted with the config
         await self.restart_http(self._take_reserved_http())
 
     def _take_reserved_http(self) -> list[socket.socket] | None:

@@ -22,7 +22,7 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -32,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from nvdaemon.gpu.attribution import Allocation, Attribution, attribute, keys_for
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.config import DcgmCompatConfig
     from nvdaemon.gpu import GpuRuntime
 
 log = logging.getLogger(__name__)
@@ -179,8 +179,11 @@ class PodAttribution:
         return changed
 
 
-async def refresh(agent: Agent, rt: GpuRuntime, pa: PodAttribution, limiter: trio.CapacityLimiter) -> None:
-    """One ``List``; never raises for a kubelet problem (counted and logged instead)."""
+async def refresh(
+    rt: GpuRuntime, pa: PodAttribution, limiter: trio.CapacityLimiter, on_change: Callable[[], None]
+) -> None:
+    """One ``List``; never raises for a kubelet problem (counted and logged instead). ``on_change`` is called when
+    what /metrics shows changed (labels moved, attribution on or off)."""
     pa.calls += 1
     deadline = pa.client.timeout + 1.0  # gRPC's own deadline fires first; this is the backstop
     try:
@@ -195,59 +198,41 @@ async def refresh(agent: Agent, rt: GpuRuntime, pa: PodAttribution, limiter: tri
     else:
         changed = pa.succeeded(allocs, rt)
     if changed:
-        agent.changes += 1  # /metrics re-renders (labels moved)
+        on_change()
 
 
-async def serve_podresources(agent: Agent, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    rt = agent.gpu
-    cfg = agent.loaded.config.dcgm_compat
-    if rt is None or not cfg.pod_attribution:
-        task_status.started()
-        return
+async def serve_podresources(
+    rt: GpuRuntime,
+    cfg: DcgmCompatConfig,
+    interval: float,
+    on_change: Callable[[], None],
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Refresh the pod attribution of ``rt`` every ``interval`` seconds (the GPU tier's) until cancelled."""
     pa = PodAttribution(PodResourcesClient(cfg.pod_resources_socket, cfg.pod_resources_timeout_seconds))
     rt.pod_attribution = pa
     limiter = trio.CapacityLimiter(1)  # kubelet calls have their own limiter: never an NVML thread's
-    interval = agent.interval("gpu")
     try:
         task_status.started()
         next_tick = trio.current_time()
         while True:
-            await refresh(agent, rt, pa, limiter)
+            await refresh(rt, pa, limiter, on_change)
             next_tick = max(next_tick + interval, trio.current_time())
             await trio.sleep_until(next_tick)
     finally:
         if rt.pod_attribution is pa:
             rt.pod_attribution = None
-            agent.changes += 1
+            on_change()
 
 
-def fingerprint(agent: Agent) -> Hashable:
-    c = agent.loaded.config.dcgm_compat
-    return (
-        TASK_NAME,
-        c.pod_attribution,
-        c.pod_resources_socket,
-        c.pod_resources_timeout_seconds,
-        agent.interval("gpu"),
-    )
+def fingerprint(cfg: DcgmCompatConfig, interval: float) -> Hashable:
+    """What the refresh task was started with: a reload restarts it when this differs."""
+    return (TASK_NAME, cfg.pod_attribution, cfg.pod_resources_socket, cfg.pod_resources_timeout_seconds, interval)
 
 
-async def sync_podresources(agent: Agent) -> None:
-    """Start, restart (changed config) or stop the refresh task, at start and after a reload."""
-    sup = agent.supervisor
-    assert sup is not None
-    wanted = agent.gpu is not None and agent.loaded.config.dcgm_compat.pod_attribution
-    running = sup.tasks.get(TASK_NAME)
-    if running is not None and (not wanted or running.fingerprint != fingerprint(agent)):
-        await sup.stop(TASK_NAME)
-        running = None
-    if wanted and running is None:
-        await sup.start(TASK_NAME, serve_podresources, agent, fingerprint=fingerprint(agent))
-
-
-def podresources_metrics(agent: Agent) -> Iterator[Metric]:
+def podresources_metrics(gpu: GpuRuntime | None) -> Iterator[Metric]:
     """``nodevitals_podresources_up`` and ``_failures_total{reason}``, while attribution is configured."""
-    pa = agent.gpu.pod_attribution if agent.gpu is not None else None
+    pa = gpu.pod_attribution if gpu is not None else None
     if pa is None:
         return
     up = GaugeMetricFamily(

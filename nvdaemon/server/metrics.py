@@ -101,8 +101,10 @@ class SnapshotCollector(Collector):
         yield from (success, present, duration, errors)
         # nodevitals_smart_device_readable{device}: a disk the smart tier could not read is not silent.
         yield from smart_self_metrics(agent.snapshots)
-        yield from tier_self_metrics(agent)  # a stuck tier loop, for alerts (what /healthz says)
-        yield from podresources_metrics(agent)  # GPU pod attribution: kubelet reachable, failures by reason
+        yield from tier_self_metrics(
+            agent.snapshots, agent.interval
+        )  # a stuck tier loop, for alerts (what /healthz says)
+        yield from podresources_metrics(agent.gpu)  # GPU pod attribution: kubelet reachable, failures by reason
 
         events = CounterMetricFamily("nodevitals_events", "Events emitted, by transition.", labels=list(COUNT_LABELS))
         for event_key, n in sorted(agent.event_counts.items()):

@@ -9,26 +9,26 @@ and a stuck loop changes nothing, so an age computed at render time would freeze
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.tiers import TierSnapshot
 
 
-def tier_self_metrics(agent: Agent) -> Iterator[Metric]:
+def tier_self_metrics(snapshots: Mapping[str, TierSnapshot], interval: Callable[[str], float]) -> Iterator[Metric]:
     last = GaugeMetricFamily(
         "nodevitals_tier_last_tick_timestamp_seconds",
         "Unix time at which the tier loop last completed a tick.",
         labels=["tier"],
     )
-    interval = GaugeMetricFamily(
+    every = GaugeMetricFamily(
         "nodevitals_tier_interval_seconds", "Configured interval of the tier loop.", labels=["tier"]
     )
-    for tier, snap in sorted(agent.snapshots.items()):
+    for tier, snap in sorted(snapshots.items()):
         last.add_metric([tier], snap.collected_at + snap.duration)
-        interval.add_metric([tier], agent.interval(tier))
+        every.add_metric([tier], interval(tier))
     yield last
-    yield interval
+    yield every

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any, cast
-
 from nvdaemon.server.tier_metrics import tier_self_metrics
 from nvdaemon.tiers import TierSnapshot
 
@@ -14,8 +11,7 @@ def test_last_tick_is_the_end_of_the_latest_snapshot_and_interval_per_tier() -> 
         "smart": TierSnapshot("smart", [], {}, collected_at=1_700_000_000.0, duration=2.5),
         "core": TierSnapshot("core", [], {}, collected_at=1_700_000_100.0, duration=0.25),
     }
-    agent = SimpleNamespace(snapshots=snaps, interval=lambda tier: {"core": 15.0, "smart": 300.0}[tier])
-    families = {f.name: f for f in tier_self_metrics(cast(Any, agent))}
+    families = {f.name: f for f in tier_self_metrics(snaps, lambda tier: {"core": 15.0, "smart": 300.0}[tier])}
     last = {s.labels["tier"]: s.value for s in families["nodevitals_tier_last_tick_timestamp_seconds"].samples}
     interval = {s.labels["tier"]: s.value for s in families["nodevitals_tier_interval_seconds"].samples}
     assert last == {"core": 1_700_000_100.25, "smart": 1_700_000_002.5}
@@ -23,5 +19,4 @@ def test_last_tick_is_the_end_of_the_latest_snapshot_and_interval_per_tier() -> 
 
 
 def test_no_tier_no_series() -> None:
-    agent = SimpleNamespace(snapshots={}, interval=lambda tier: 1.0)
-    assert [f.samples for f in tier_self_metrics(cast(Any, agent))] == [[], []]
+    assert [f.samples for f in tier_self_metrics({}, lambda tier: 1.0)] == [[], []]
