@@ -15,12 +15,13 @@ import json
 import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlencode, urlsplit
 
 import trio
 import trio_websocket
+
+from nvdaemon.server.token import read_token
 
 BACKOFF_START = 0.25
 BACKOFF_MAX = 10.0
@@ -217,9 +218,10 @@ def cli(args: Any) -> int:
     token = None
     if args.token_file:
         try:
-            token = Path(args.token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            print(f"nvdaemon tail: cannot read --token-file: {exc.strerror or exc}", file=sys.stderr)
+            token = read_token(args.token_file).decode("utf-8", "replace")  # the server's own reader and limits
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            print(f"nvdaemon tail: cannot read --token-file: {why}", file=sys.stderr)
             return 1
     opts = Options(
         url=args.url,

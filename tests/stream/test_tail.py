@@ -154,3 +154,22 @@ def test_tail_exits_1_when_the_agent_is_unreachable(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert f"cannot reach the agent at {url}" in proc.stderr
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(("content", "why"), [(None, "No such file"), (b" \n", "is empty"), (b"x" * 9000, "larger")])
+def test_a_bad_token_file_is_one_line_and_exit_1(tmp_path: Path, content: bytes | None, why: str) -> None:
+    """``--token-file`` is read by the server's own reader: same whitespace rule, same size limit, no traceback."""
+    token = tmp_path / "token"
+    if content is not None:
+        token.write_bytes(content)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nvdaemon", "tail", f"http://127.0.0.1:{free_port()}", "--token-file", str(token)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("nvdaemon tail: cannot read --token-file:") and why in proc.stderr
+    assert "Traceback" not in proc.stderr
