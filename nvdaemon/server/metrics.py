@@ -183,13 +183,12 @@ def delivery_dropped(agent: Agent) -> CounterMetricFamily:
     """``nodevitals_delivery_dropped_total{sink}``: one row per sink, zeros included (see the module docstring)."""
     totals: dict[str, float] = {}
     for name, sink in agent.sinks.items():
-        label, lost = name, float(agent.bus.drop_totals.get(name, 0))
+        label, lost = name, float(agent.bus.drop_totals.get(name, 0) + sum(sink.dropped_counts().values()))
         if name.startswith("webhook:"):
             from nvdaemon.sinks.webhook import WebhookEndpoint  # already loaded: the sink was built from it
 
             if isinstance(sink, WebhookEndpoint):
                 label = go_sink_label(sink.hook.url)
-                lost += sum(sink.dropped.values())
         # Two endpoints on one host share a Go label, as they share Go's counter.
         totals[label] = totals.get(label, 0.0) + lost
     fam = CounterMetricFamily(
