@@ -27,7 +27,7 @@ import yaml
 
 from nvdaemon import goconfig
 from nvdaemon.compat.node_exporter.options import node_exporter_issues
-from nvdaemon.configcheck import ConfigIssue, InputLimitError, check_against, load_yaml, locate
+from nvdaemon.configcheck import ENV_VAR, ConfigIssue, InputLimitError, check_against, load_yaml, locate
 from nvdaemon.sinks.nvsentinel_config import normalise_xid_keys, nvsentinel_issues
 from nvdaemon.sinks.webhook_config import webhook_issues
 
@@ -300,7 +300,6 @@ NODE_IN_POD = (
     "          valueFrom: {fieldRef: {fieldPath: spec.nodeName}}\n"
     "    or set node: in the config"
 )
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _expand(value: Any, env: Mapping[str, str], path: str, issues: list[ConfigIssue], expanded: set[str]) -> Any:
@@ -309,7 +308,7 @@ def _expand(value: Any, env: Mapping[str, str], path: str, issues: list[ConfigIs
     Paths whose value came from the environment are added to ``expanded``: errors never quote those values.
     """
     if isinstance(value, str):
-        if _VAR.search(value):
+        if ENV_VAR.search(value):
             expanded.add(path)
 
         def sub(match: re.Match[str]) -> str:
@@ -319,7 +318,7 @@ def _expand(value: Any, env: Mapping[str, str], path: str, issues: list[ConfigIs
                 return ""
             return env[name]
 
-        return _VAR.sub(sub, value)
+        return ENV_VAR.sub(sub, value)
     if isinstance(value, dict):
         return {k: _expand(v, env, f"{path}.{k}" if path else str(k), issues, expanded) for k, v in value.items()}
     if isinstance(value, list):

@@ -15,11 +15,16 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec.inspect as mi
 import yaml
+
+# ``${VAR}`` in a config string: read from the environment after parsing (config.py), checked for Go's rules
+# (goconfig.py). One pattern for both.
+ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from nvdaemon.compat.node_exporter.flags import node_exporter_flags
-from nvdaemon.configcheck import ConfigIssue
+from nvdaemon.configcheck import ENV_VAR, ConfigIssue
 from nvdaemon.sinks import webhook_url
 
 GO_LISTEN = ":9847"  # the Go agent's listenAddr when it is empty
@@ -25,7 +25,7 @@ GO_HISTORY_DEFAULTS = {"retentionDays": 1825, "intervalMinutes": 5}
 HISTORY_FILE_IN_DATA_DIR = "nvdaemon-history.db"  # the Go agent's bbolt file there is history.db: left untouched
 TIERS = ("core", "smart", "gpu")
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
 _EXACT_VAR = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
 _GO_VAR = re.compile(r"\$\{[^${} ]+\}")  # what the Go agent reads as a reference (it expands e.g. ${A-B} too)
 # Keys whose value is a credential, or turns one on: an empty ${VAR} there would sign with an empty key, send an
@@ -79,12 +79,12 @@ def before_expansion(raw: dict[str, Any], env: Mapping[str, str]) -> tuple[list[
     for path, text in _secret_strings(raw):
         if _GO_VAR.fullmatch(text) and not _EXACT_VAR.fullmatch(text):
             issues.append(ConfigIssue(path, "${...} here must name an environment variable (letters, digits, _)"))
-        for name in _VAR.findall(text):
+        for name in ENV_VAR.findall(text):
             if env.get(name) == "":
                 issues.append(
                     ConfigIssue(path, f"environment variable {name} is set but empty: refusing to use an empty secret")
                 )
-    embedded = [path for path, text in _strings(raw, "") if _VAR.search(text) and not _EXACT_VAR.fullmatch(text)]
+    embedded = [path for path, text in _strings(raw, "") if ENV_VAR.search(text) and not _EXACT_VAR.fullmatch(text)]
     others = [
         path
         for path, text in _strings(raw, "")
