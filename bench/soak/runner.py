@@ -295,17 +295,24 @@ class Soak:
             await trio.sleep(self.rng.uniform(4.0, 8.0))
 
     async def fill_state_dir(self, at: float, hold: float) -> None:
-        """Fill the stateDir to the last byte for ``hold`` seconds, watching the agent show it; then free it."""
+        """Fill the stateDir to the last byte for ``hold`` seconds (longer, up to 3 x ``hold``, until the agent has
+        shown it: the spool's WAL may still hold free pages from before, up to 4 MiB, which later writes use up
+        first), watching the agent show it; then free it."""
         await trio.sleep_until(at)
         async with self.lock:  # never half-way through the restart
             self.full.ballast = await trio.to_thread.run_sync(self.disk.fill)
             self.state_dir_full = self.disk.mounted
         began = trio.current_time()
         try:
-            while trio.current_time() - began < hold:
-                # Bursts of events while full: the spool's WAL may still hold free pages from before (up to 4 MiB),
-                # and the phase must reach the writes that need new space, whatever the WAL held when it began.
-                self.burst()
+            polls = 0
+            while (elapsed := trio.current_time() - began) < hold or (
+                elapsed < 3 * hold and not (self.full.degraded and self.full.metric_zero)
+            ):
+                # A correctable burst every 2 s (the rule is a rate: ENTER on one tick, EXIT on the next, so bursts
+                # closer than that keep the conditions active and write nothing): writes that need new space.
+                if polls % 4 == 0:
+                    self.burst()
+                polls += 1
                 await trio.sleep(0.5)
                 st = await self.status()
                 sinks: dict[str, Any] = (st or {}).get("sinks", {})
