@@ -124,7 +124,7 @@ def query_time(path: Path) -> dict[str, float]:
         sink = HistorySink(agent, agent.loaded.config.history)
         sink.store = await trio.to_thread.run_sync(HistoryStore, path)
         agent.sinks["history"] = sink
-        client = build_app(agent).test_client()
+        client = build_app(agent, agent.loaded.config.server).test_client()
         since = int(time.time()) - 90 * 86400  # the data ends now
         for _ in range(20):
             t0 = time.perf_counter()

@@ -24,7 +24,6 @@ import trio_websocket
 from nvdaemon.app import Agent
 from nvdaemon.config import parse_config
 from nvdaemon.model import Event, Phase, new_event_id
-from nvdaemon.server.app import serve_http
 from nvdaemon.sinks.stream import StreamHub
 from nvdaemon.supervise import Supervisor
 
@@ -88,7 +87,7 @@ def fanout_latency(rate: int = RATE) -> dict[str, Any]:
             agent = Agent(parse_config(text, "bench.yaml", env={}))
             async with trio.open_nursery() as nursery:
                 agent.supervisor = sup = Supervisor(nursery)
-                await sup.start("http", serve_http, agent)
+                await agent.start_http(None)
                 await agent.sync_sinks()
                 hub = agent.sinks["stream"]
                 assert isinstance(hub, StreamHub)

@@ -19,6 +19,7 @@ import signal
 import socket
 import time
 from collections.abc import Hashable
+from functools import partial
 from pathlib import Path
 
 import msgspec
@@ -30,17 +31,20 @@ from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE as NODE_EXPORTER_TABLE
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
-from nvdaemon.config import ConfigError, LoadedConfig
+from nvdaemon.config import ConfigError, LoadedConfig, ServerConfig
 from nvdaemon.gpu import GpuRuntime, close_gpu, open_gpu, podresources
 from nvdaemon.gpu.xid import TASK_NAME as XID_TASK
 from nvdaemon.gpu.xid import serve_xid
 from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Event, new_event_id
 from nvdaemon.reloading import Rules, prepare_reload
+from nvdaemon.server.app import Listening, serve_http
 from nvdaemon.sinks import Sink, build_sinks
+from nvdaemon.sinks.stream import StreamHub
 from nvdaemon.statefile import atomic_write, quarantine
 from nvdaemon.supervise import Supervisor, TaskState, describe
 from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
+from nvdaemon.view import AgentView
 
 log = logging.getLogger(__name__)
 events_log = logging.getLogger("nvdaemon.events")
@@ -114,10 +118,29 @@ class Agent:
         settings = msgspec.json.encode(section) if section is not None else b""
         return (tier, self.interval(tier), self.roots, c.collector_timeout_seconds, settings)
 
-    def server_fingerprint(self) -> Hashable:
+    def server_fingerprint(self) -> tuple[str, ServerConfig, float]:
+        """Exactly what ``serve_http`` is given from the config (apiTokenFile's content it re-reads itself)."""
         c = self.loaded.config
-        s = c.server
-        return (c.sinks.metrics.listen_addr, s)  # apiTokenFile's content is re-read by the server itself
+        return c.sinks.metrics.listen_addr, c.server, c.shutdown_grace_seconds
+
+    # ---- what the server reads besides the attributes (nvdaemon/view.py's AgentView) ------------------------
+    @property
+    def config_source(self) -> str:
+        return self.loaded.source
+
+    @property
+    def tasks(self) -> dict[str, TaskState]:
+        return self.supervisor.tasks if self.supervisor is not None else {}
+
+    @property
+    def history(self) -> HistorySink | None:
+        sink = self.sinks.get("history")
+        return sink if isinstance(sink, HistorySink) else None
+
+    @property
+    def stream(self) -> StreamHub | None:
+        sink = self.sinks.get("stream")
+        return sink if isinstance(sink, StreamHub) else None
 
     # ---- engine ---------------------------------------------------------------------------------------------
     @property
@@ -234,11 +257,9 @@ class Agent:
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
     async def start_tasks(self) -> None:
-        from nvdaemon.server.app import serve_http  # the server imports Agent's module for typing only
-
         sup = self.supervisor
         assert sup is not None
-        await sup.start("http", serve_http, self, critical=True, fingerprint=self.server_fingerprint())
+        await self.start_http(None)
         await self.sync_sinks()
         for tier in self.loaded.tiers:
             if tier not in self.active_tiers():
@@ -404,8 +425,6 @@ class Agent:
         the running server's sockets when the address is unchanged) before the old one is told to stop, so no
         connection is refused meanwhile; the old one then finishes its requests within its graceful timeout.
         Only a new address overlapping the old port makes the old server stop first (``bind_for``)."""
-        from nvdaemon.server.app import serve_http  # the server imports Agent's module for typing only
-
         sup = self.supervisor
         assert sup is not None
         http = sup.tasks.get("http")
@@ -413,6 +432,7 @@ class Agent:
             for sock in socks or []:
                 sock.close()
             return
+        self._record_http(http.started_value)  # its latest run's sockets (the supervisor may have restarted it)
         running_addr = http.fingerprint[0] if isinstance(http.fingerprint, tuple) else None
         same_addr = running_addr == self.loaded.config.sinks.metrics.listen_addr
         if socks is None and same_addr and all(sock.fileno() != -1 for sock in self.http_sockets):
@@ -421,8 +441,31 @@ class Agent:
         if socks is None:  # the new address needs the old listener gone first
             await self._stop_http(http, old_shutdown)
         del sup.tasks["http"]  # kept running until the new one listens: Supervisor.start would cancel it first
-        await sup.start("http", serve_http, self, socks, critical=True, fingerprint=self.server_fingerprint())
+        await self.start_http(socks)
         await self._stop_http(http, old_shutdown)
+
+    async def start_http(self, socks: list[socket.socket] | None) -> None:
+        """Start the HTTP server (on ``socks`` when given) over the agent as a read-only view, with the config
+        values its fingerprint is made of, and record where it listens."""
+        sup = self.supervisor
+        assert sup is not None
+        view: AgentView = self  # the server reads the agent only through this (mypy checks that the agent fits)
+        fingerprint = addr, server, grace = self.server_fingerprint()
+        serve = partial(
+            serve_http,
+            view,
+            server,
+            addr,
+            shutdown_grace_seconds=grace,
+            shutdown_trigger=self.http_shutdown.wait,
+            sockets=socks,
+        )
+        self._record_http(await sup.start("http", serve, critical=True, fingerprint=fingerprint))
+
+    def _record_http(self, listening: object) -> None:
+        """Where the HTTP server listens, as it reported when it started (nothing when that start failed)."""
+        if isinstance(listening, Listening):
+            self.bound, self.http_sockets = list(listening.bound), list(listening.sockets)
 
     @staticmethod
     async def _stop_http(http: TaskState, shutdown: trio.Event) -> None:

@@ -37,6 +37,7 @@ class TaskState:
     last_error_at: float | None = None
     started_at: float | None = None
     running_since: float = 0.0  # trio clock of the current run's start
+    started_value: Any = None  # what the latest run reported through task_status.started (a server: its binds)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope, repr=False)
     done: trio.Event = field(default_factory=trio.Event, repr=False)
 
@@ -79,13 +80,14 @@ class Supervisor:
 
     async def start(
         self, name: str, fn: ServeFn, *args: Any, critical: bool = False, fingerprint: Hashable = None
-    ) -> None:
-        """Start ``fn(*args)`` under supervision as ``name``; replaces a running task of the same name."""
+    ) -> Any:
+        """Start ``fn(*args)`` under supervision as ``name``; replaces a running task of the same name. Returns what
+        the first attempt passed to ``task_status.started`` (None when that attempt failed)."""
         if name in self.tasks:
             await self.stop(name)
         st = TaskState(name=name, critical=critical, fingerprint=fingerprint)
         self.tasks[name] = st
-        await self.nursery.start(self._run, st, fn, args)
+        return await self.nursery.start(self._run, st, fn, args)
 
     async def stop(self, name: str) -> None:
         """Cancel one task and wait until it has finished its cleanup."""
@@ -105,7 +107,7 @@ class Supervisor:
             and not (t.state == "running" and now - t.running_since >= self.stable_after)
         ]
 
-    async def _run(self, st: TaskState, fn: ServeFn, args: tuple[Any, ...], task_status: trio.TaskStatus[None]) -> None:
+    async def _run(self, st: TaskState, fn: ServeFn, args: tuple[Any, ...], task_status: trio.TaskStatus[Any]) -> None:
         reported = False
         try:
             with st.scope:
@@ -114,11 +116,11 @@ class Supervisor:
                     began = trio.current_time()
                     try:
                         async with trio.open_nursery() as inner:
-                            await inner.start(lambda task_status: fn(*args, task_status=task_status))
+                            st.started_value = await inner.start(lambda task_status: fn(*args, task_status=task_status))
                             st.state, st.started_at, st.running_since = "running", time.time(), trio.current_time()
                             if not reported:
                                 reported = True
-                                task_status.started()
+                                task_status.started(st.started_value)
                         log.info("task %s finished", st.name)
                         st.state = "stopped"
                         return

@@ -1,4 +1,5 @@
-"""The HTTP surface, in process: routes through quart-trio's test client, limits through a real socket."""
+"""The HTTP surface, in process, over a fake read-only view (no agent): routes through quart-trio's test client,
+limits and binds through a real socket on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -12,36 +13,38 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from quart_trio import QuartTrio
 
 from nvdaemon.app import Agent
 from nvdaemon.config import parse_config
 from nvdaemon.model import Kind, Sample, make_labels
-from nvdaemon.server.app import build_app, serve_http
+from nvdaemon.server.app import Listening, build_app
 from nvdaemon.supervise import Supervisor
 from nvdaemon.tiers import CollectorStatus, TierSnapshot
+from tests.server.fakeview import FakeView, address, as_view, make_view, serve
 
 
 def make_config_text(tmp_path: Path, extra: str = "") -> str:
     return f"node: n1\nstateDir: {tmp_path / 'state'}\nintervalSeconds: 10\n{extra}"
 
 
-def make_agent(tmp_path: Path, extra: str = "") -> Agent:
-    return Agent(parse_config(make_config_text(tmp_path, extra), "test.yaml", env={}))
+def app_of(view: FakeView) -> QuartTrio:
+    return build_app(as_view(view), view.loaded.config.server)
 
 
-def add_snapshot(agent: Agent, value: float = 3.5) -> None:
+def add_snapshot(view: FakeView, value: float = 3.5) -> None:
     samples = [
         Sample("load1", "cpu", value, timestamp=1.0),
         Sample("psi_stall_seconds_total", "io", 12.5, Kind.COUNTER, make_labels({"share": "some"}), timestamp=1.0),
     ]
     status = CollectorStatus("loadavg", success=True, samples=2)
-    agent.on_snapshot(TierSnapshot("core", samples, {"loadavg": status}, collected_at=1.0, duration=0.01))
+    view.take(TierSnapshot("core", samples, {"loadavg": status}, collected_at=1.0, duration=0.01))
 
 
 async def test_metrics_exposition_and_cache(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path)
-    add_snapshot(agent)
-    client = build_app(agent).test_client()
+    view = make_view(tmp_path)
+    add_snapshot(view)
+    client = app_of(view).test_client()
     resp = await client.get("/metrics")
     assert resp.status_code == 200
     assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -54,7 +57,7 @@ async def test_metrics_exposition_and_cache(tmp_path: Path) -> None:
     # Served from the cache until the snapshot changes, then re-rendered once.
     again = await (await client.get("/metrics")).get_data(as_text=True)
     assert again == text
-    add_snapshot(agent, value=7.25)
+    add_snapshot(view, value=7.25)
     fresh = await (await client.get("/metrics")).get_data(as_text=True)
     assert 'nodevitals_hw_load1{device="cpu",node="n1",tier="core"} 7.25' in fresh
 
@@ -62,13 +65,13 @@ async def test_metrics_exposition_and_cache(tmp_path: Path) -> None:
 async def test_no_total_suffix_is_ever_appended(tmp_path: Path) -> None:
     """A counter sample named without ``_total`` is exposed under its own name, as a gauge (prometheus_client would
     otherwise append ``_total``: the Go agent's smart_power_on_hours must not become smart_power_on_hours_total)."""
-    agent = make_agent(tmp_path)
+    view = make_view(tmp_path)
     samples = [
         Sample("smart_power_on_hours", "sda", 12345.0, Kind.COUNTER, tier="smart", timestamp=1.0),
         Sample("nvme_bytes_read_total", "nvme0n1", 5.0, Kind.GAUGE, tier="smart", timestamp=1.0),
     ]
-    agent.on_snapshot(TierSnapshot("smart", samples, {}, collected_at=1.0, duration=0.01))
-    text = await (await build_app(agent).test_client().get("/metrics")).get_data(as_text=True)
+    view.take(TierSnapshot("smart", samples, {}, collected_at=1.0, duration=0.01))
+    text = await (await app_of(view).test_client().get("/metrics")).get_data(as_text=True)
     assert "# TYPE nodevitals_hw_smart_power_on_hours gauge" in text
     assert 'nodevitals_hw_smart_power_on_hours{device="sda",node="n1",tier="smart"} 12345.0' in text
     assert "smart_power_on_hours_total" not in text
@@ -77,16 +80,16 @@ async def test_no_total_suffix_is_ever_appended(tmp_path: Path) -> None:
 
 
 async def test_state_is_the_go_sample_array(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path)
-    client = build_app(agent).test_client()
+    view = make_view(tmp_path)
+    client = app_of(view).test_client()
     resp = await client.get("/v1/state")
     assert (resp.status_code, json.loads(await resp.get_data())) == (200, [])  # nothing collected yet
-    add_snapshot(agent)
+    add_snapshot(view)
     gpu = [
         Sample("gpu_temperature_celsius", "gpu0", 61.0, labels=make_labels({"gpu_uuid": "GPU-0"}), timestamp=2.25),
         Sample("gpu_power_watts", "gpu0", math.nan, timestamp=0.0),  # no timestamp of its own: the snapshot's
     ]
-    agent.on_snapshot(TierSnapshot("gpu", gpu, {}, collected_at=1_767_323_045.5, duration=0.01))
+    view.take(TierSnapshot("gpu", gpu, {}, collected_at=1_767_323_045.5, duration=0.01))
     resp = await client.get("/v1/state")
     assert resp.headers["Content-Type"] == "application/json"
     # Go's model.Sample, field for field and in its order: kind left out for a gauge, labels when empty.
@@ -103,9 +106,9 @@ async def test_state_is_the_go_sample_array(tmp_path: Path) -> None:
 
 
 async def test_status_document(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, "rules: [{metric: load1, condition: load_high, threshold: 3}]\n")
-    add_snapshot(agent)
-    resp = await build_app(agent).test_client().get("/v1/status")
+    view = make_view(tmp_path, "rules: [{metric: load1, condition: load_high, threshold: 3}]\n")
+    add_snapshot(view)
+    resp = await app_of(view).test_client().get("/v1/status")
     doc = json.loads(await resp.get_data())
     assert doc["node"] == "n1"
     assert doc["tiers"]["core"]["samples"] == 2
@@ -117,7 +120,7 @@ async def test_status_document(tmp_path: Path) -> None:
 
 
 async def test_json_errors_for_unknown_paths_and_methods(tmp_path: Path) -> None:
-    client = build_app(make_agent(tmp_path)).test_client()
+    client = app_of(make_view(tmp_path)).test_client()
     resp = await client.get("/nope")
     assert resp.status_code == 404
     assert json.loads(await resp.get_data()) == {"error": "not found", "status": 404}
@@ -129,8 +132,8 @@ async def test_json_errors_for_unknown_paths_and_methods(tmp_path: Path) -> None
 async def test_api_token_guards_v1_only(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("s3cret-token-value\n")
-    agent = make_agent(tmp_path, f"server: {{apiTokenFile: {token}}}\n")
-    client = build_app(agent).test_client()
+    view = make_view(tmp_path, f"server: {{apiTokenFile: {token}}}\n")
+    client = app_of(view).test_client()
     for path in ("/v1/state", "/v1/status", "/v1/history/load1"):
         assert (await client.get(path)).status_code == 401
         wrong = await client.get(path, headers={"Authorization": "Bearer nope"})
@@ -144,21 +147,32 @@ async def test_api_token_guards_v1_only(tmp_path: Path) -> None:
         assert (await client.get(open_path)).status_code != 401
 
 
-async def test_healthz_reflects_loops_not_hardware(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
-    agent = make_agent(tmp_path)
+async def test_healthz_answers_the_problems_the_view_reports(tmp_path: Path) -> None:
+    view = make_view(tmp_path)
+    client = app_of(view).test_client()
+    resp = await client.get("/healthz")
+    assert (resp.status_code, json.loads(await resp.get_data())) == (200, {"status": "ok", "problems": []})
+    view.update(problems=["tier core: no completed tick for 31s"])
+    resp = await client.get("/healthz")
+    body = {"status": "fail", "problems": ["tier core: no completed tick for 31s"]}
+    assert (resp.status_code, json.loads(await resp.get_data())) == (503, body)
+
+
+async def test_health_problems_reflect_loops_not_hardware(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """What the agent gives /healthz (its view's ``health_problems``): stuck tier loops and critical tasks."""
+    agent = Agent(parse_config(make_config_text(tmp_path), "test.yaml", env={}))
     agent.started_clock = trio.current_time()
-    client = build_app(agent).test_client()
     agent.heartbeats["core"] = trio.current_time()
     # A collector that fails (broken hardware) does not make the agent unhealthy.
     status = CollectorStatus("hwmon", success=False, errors=["EIO"])
     agent.on_snapshot(TierSnapshot("core", [], {"hwmon": status}, collected_at=time.time(), duration=0))
-    assert (await client.get("/healthz")).status_code == 200
+    assert agent.health_problems() == []
     await trio.sleep(31)  # more than 3 intervals of 10 s without a tick
-    resp = await client.get("/healthz")
-    assert resp.status_code == 503
-    assert "tier core" in json.loads(await resp.get_data())["problems"][0]
+    assert agent.health_problems() == ["tier core: no completed tick for 31s"]
     agent.heartbeats["core"] = trio.current_time()
-    assert (await client.get("/healthz")).status_code == 200
+    assert agent.health_problems() == []
 
     async def broken(task_status: trio.TaskStatus[None]) -> None:
         raise RuntimeError("cannot bind")
@@ -168,38 +182,57 @@ async def test_healthz_reflects_loops_not_hardware(tmp_path: Path, autojump_cloc
         await agent.supervisor.start("http", broken, critical=True)
         await trio.sleep(60)
         agent.heartbeats["core"] = trio.current_time()
-        resp = await client.get("/healthz")
-        assert resp.status_code == 503
-        assert "task http" in json.loads(await resp.get_data())["problems"][0]
+        assert agent.health_problems() == ["task http: failing repeatedly"]
         nursery.cancel_scope.cancel()
 
 
 async def test_readyz_until_ready_and_while_stopping(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path)
-    client = build_app(agent).test_client()
+    view = make_view(tmp_path)
+    client = app_of(view).test_client()
     assert (await client.get("/readyz")).status_code == 503
-    agent.ready = True
+    view.update(ready=True)
     # Started, but the core tier has not published a snapshot (its task failed at start and is restarting).
     resp = await client.get("/readyz")
     assert resp.status_code == 503
     assert json.loads(await resp.get_data()) == {"status": "starting", "waitingForTiers": ["core"]}
-    agent.on_snapshot(TierSnapshot("core", [], {}, collected_at=time.time(), duration=0))
+    view.take(TierSnapshot("core", [], {}, collected_at=time.time(), duration=0))
     assert (await client.get("/readyz")).status_code == 200
-    agent.stopping.set()
+    view.stopping.set()
     assert (await client.get("/readyz")).status_code == 503
 
 
-async def _serve(agent: Agent, nursery: trio.Nursery) -> tuple[str, int]:
-    await nursery.start(serve_http, agent)
-    host, _, port = agent.bound[0].removeprefix("http://").rpartition(":")
-    return host, int(port)
+async def test_serve_http_reports_its_binds_through_nursery_start(tmp_path: Path) -> None:
+    """``127.0.0.1:0`` asked for: the real port is reported, with the socket listening on it, and the server
+    answers there; it writes nothing to its view (the fake refuses any assignment)."""
+    view = make_view(tmp_path, "sinks: {metrics: {listenAddr: '127.0.0.1:0'}}\n")
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        listening = await nursery.start(serve(view, stop))
+        assert isinstance(listening, Listening)
+        host, port = address(listening)
+        assert (host, len(listening.bound)) == ("127.0.0.1", 1) and port != 0
+        assert [sock.getsockname() for sock in listening.sockets] == [("127.0.0.1", port)]
+        stream = await trio.open_tcp_stream(host, port)
+        await stream.send_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        reply = b""
+        with trio.fail_after(10):
+            while chunk := await stream.receive_some():
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 503") and b'"waitingForTiers":["core"]' in reply
+        stop.set()
+    assert all(sock.fileno() == -1 for sock in listening.sockets)  # closed when it stopped
+
+
+async def _serve(view: FakeView, stop: trio.Event, nursery: trio.Nursery) -> tuple[str, int]:
+    return address(await nursery.start(serve(view, stop)))
 
 
 @pytest.mark.parametrize("header_bytes", [64 * 1024])
 async def test_oversized_headers_are_refused(tmp_path: Path, header_bytes: int) -> None:
-    agent = make_agent(tmp_path, "sinks: {metrics: {listenAddr: '127.0.0.1:0'}}\n")
+    view = make_view(tmp_path, "sinks: {metrics: {listenAddr: '127.0.0.1:0'}}\n")
+    stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        host, port = await _serve(agent, nursery)
+        host, port = await _serve(view, stop, nursery)
         stream = await trio.open_tcp_stream(host, port)
         request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * header_bytes + b"\r\n\r\n"
         reply = b""
@@ -210,13 +243,14 @@ async def test_oversized_headers_are_refused(tmp_path: Path, header_bytes: int) 
             while chunk := await stream.receive_some():
                 reply += chunk
         assert not reply.startswith(b"HTTP/1.1 200")
-        agent.http_shutdown.set()
+        stop.set()
 
 
 async def test_slow_headers_are_cut_off(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, "sinks: {metrics: {listenAddr: '127.0.0.1:0'}}\nserver: {headerTimeoutSeconds: 1}\n")
+    view = make_view(tmp_path, "sinks: {metrics: {listenAddr: '127.0.0.1:0'}}\nserver: {headerTimeoutSeconds: 1}\n")
+    stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        host, port = await _serve(agent, nursery)
+        host, port = await _serve(view, stop, nursery)
         stream = await trio.open_tcp_stream(host, port)
         await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # never finishes the headers
         began = trio.current_time()
@@ -224,12 +258,12 @@ async def test_slow_headers_are_cut_off(tmp_path: Path) -> None:
             while await stream.receive_some():
                 pass
         assert trio.current_time() - began < 5
-        agent.http_shutdown.set()
+        stop.set()
 
 
 async def test_request_body_limit(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, "server: {maxRequestBytes: 1024}\n")
-    app = build_app(agent)
+    view = make_view(tmp_path, "server: {maxRequestBytes: 1024}\n")
+    app = app_of(view)
 
     @app.post("/v1/echo")
     async def echo() -> str:
@@ -249,8 +283,8 @@ async def test_api_token_file_is_reread_on_change_and_fails_closed(
 ) -> None:
     token = tmp_path / "token"
     token.write_text("first-token-aaaa\n")
-    agent = make_agent(tmp_path, f"server: {{apiTokenFile: {token}}}\n")
-    client = build_app(agent).test_client()
+    view = make_view(tmp_path, f"server: {{apiTokenFile: {token}}}\n")
+    client = app_of(view).test_client()
 
     async def status(value: str) -> int:
         return (await client.get("/v1/state", headers={"Authorization": f"Bearer {value}"})).status_code
@@ -282,8 +316,8 @@ async def test_api_token_file_is_reread_on_change_and_fails_closed(
 
 
 async def test_missing_token_file_at_start_fails_closed(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, f"server: {{apiTokenFile: {tmp_path / 'absent'}}}\n")
-    client = build_app(agent).test_client()  # building the app no longer fails: the server keeps its probes
+    view = make_view(tmp_path, f"server: {{apiTokenFile: {tmp_path / 'absent'}}}\n")
+    client = app_of(view).test_client()  # building the app no longer fails: the server keeps its probes
     assert (await client.get("/v1/state", headers={"Authorization": "Bearer x"})).status_code == 401
     assert (await client.get("/readyz")).status_code == 503
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import hmac
 import logging
 import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -33,23 +35,35 @@ from nvdaemon.server.state import state_samples, status_document
 from nvdaemon.server.token import ApiToken
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.config import ServerConfig
+    from nvdaemon.view import AgentView
 
 log = logging.getLogger(__name__)
 
+GRACEFUL_MAX_SECONDS = 5.0  # hypercorn's graceful stop: at most this, and at most half of shutdownGraceSeconds
 
-def health(agent: Agent) -> tuple[dict[str, Any], int]:
-    problems = agent.health_problems()
+
+@dataclass(frozen=True)
+class Listening:
+    """What ``serve_http`` reports once it accepts connections: its URLs (``http://HOST:PORT``, the real port when
+    ``:0`` was asked for) and its listening sockets (a restarted server can take over dups of them)."""
+
+    bound: tuple[str, ...]
+    sockets: tuple[socket.socket, ...]
+
+
+def health(view: AgentView) -> tuple[dict[str, Any], int]:
+    problems = view.health_problems()
     return {"status": "fail" if problems else "ok", "problems": problems}, 503 if problems else 200
 
 
-def readiness(agent: Agent) -> tuple[dict[str, Any], int]:
+def readiness(view: AgentView) -> tuple[dict[str, Any], int]:
     # Ready once every active tier has published a snapshot: a tier task that failed at start (and is being
     # restarted by the supervisor) must not let the pod count as serving its metrics.
-    waiting = [t for t in agent.active_tiers() if t not in agent.snapshots]
-    if agent.ready and not waiting and not agent.stopping.is_set():
+    waiting = [t for t in view.active_tiers() if t not in view.snapshots]
+    if view.ready and not waiting and not view.stopping.is_set():
         return {"status": "ready"}, 200
-    if agent.stopping.is_set():
+    if view.stopping.is_set():
         return {"status": "stopping"}, 503
     return {"status": "starting", "waitingForTiers": waiting}, 503
 
@@ -57,12 +71,14 @@ def readiness(agent: Agent) -> tuple[dict[str, Any], int]:
 PROBES = {"/healthz": health, "/readyz": readiness}
 
 
-def build_app(agent: Agent) -> QuartTrio:
+def build_app(view: AgentView, server_config: ServerConfig) -> QuartTrio:
+    """The quart-trio app over ``view``, bounded by ``server_config`` (``server``: request body size and time; the
+    token file ``apiTokenFile``, read by ``ApiToken`` on guarded requests)."""
     app = QuartTrio("nvdaemon")
-    app.config["MAX_CONTENT_LENGTH"] = agent.loaded.config.server.max_request_bytes
-    app.config["BODY_TIMEOUT"] = max(1, round(agent.loaded.config.server.header_timeout_seconds))
-    metrics = MetricsCache(agent)
-    token_file = agent.loaded.config.server.api_token_file
+    app.config["MAX_CONTENT_LENGTH"] = server_config.max_request_bytes
+    app.config["BODY_TIMEOUT"] = max(1, round(server_config.header_timeout_seconds))
+    metrics = MetricsCache(view)
+    token_file = server_config.api_token_file
     api_token = ApiToken(token_file) if token_file else None
 
     def authorized(path: str, given: str) -> bool:
@@ -90,47 +106,55 @@ def build_app(agent: Agent) -> QuartTrio:
 
     @app.get("/healthz")
     async def healthz() -> Response:
-        return json_response(*health(agent))
+        return json_response(*health(view))
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        return json_response(*readiness(agent))
+        return json_response(*readiness(view))
 
     @app.get("/v1/state")
     async def v1_state() -> Response:
-        return json_response(state_samples(agent), 200)
+        return json_response(state_samples(view), 200)
 
     @app.get("/v1/status")
     async def v1_status() -> Response:
-        return json_response(status_document(agent), 200)
+        return json_response(status_document(view), 200)
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException) -> Response:
         code = exc.code or 500
         return json_response({"error": (exc.name or "error").lower(), "status": code}, code)
 
-    stream_routes.register(app, agent)
-    history_routes.register(app, agent)
+    stream_routes.register(app, view)
+    history_routes.register(app, view)
     return app
 
 
 async def serve_http(
-    agent: Agent,
-    socks: list[socket.socket] | None = None,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    view: AgentView,
+    server_config: ServerConfig,
+    listen_addr: str,
+    *,
+    shutdown_grace_seconds: float,
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    sockets: list[socket.socket] | None = None,
+    task_status: trio.TaskStatus[Listening] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until ``agent.http_shutdown`` is set (hypercorn's own graceful stop, not a cancellation).
+    """Serve ``view`` on ``listen_addr`` (``sinks.metrics.listenAddr``; ``:PORT`` is every interface, as in Go)
+    under ``server_config`` until ``shutdown_trigger`` returns (hypercorn's own graceful stop, at most
+    ``GRACEFUL_MAX_SECONDS`` and half of ``shutdown_grace_seconds``; a cancellation stops it at once). Reports
+    ``Listening`` through ``task_status.started`` once it accepts connections, in the manner of hypercorn's
+    ``worker_serve``; it writes nothing anywhere else.
 
-    ``socks``: listening sockets bound by the caller (a reload binds the new address first, or dups the running
+    ``sockets``: listening sockets bound by the caller (a reload binds the new address first, or dups the running
     server's sockets, so that the port is never closed in between); this server closes them when it stops. Without
     them, or when they are already closed (the supervisor restarting this task after a failure), it binds
-    ``sinks.metrics.listenAddr`` itself (``:PORT``: every interface, as in Go)."""
-    cfg = agent.loaded.config
-    s = cfg.server
+    ``listen_addr`` itself."""
+    s = server_config
     hc = HypercornConfig()
     hc.accesslog = None
     hc.errorlog = logging.getLogger("nvdaemon.http")
-    hc.graceful_timeout = min(5.0, cfg.shutdown_grace_seconds / 2)
+    hc.graceful_timeout = min(GRACEFUL_MAX_SECONDS, shutdown_grace_seconds / 2)
     # Slow clients. Hypercorn has one timer per connection: it runs from the connection's start, and from the end
     # of each response, until the next request head is complete; it closes idle keep-alive connections and cuts
     # a client dribbling headers, on the first request and every later one (nvdaemon/server/asgi.py explains why
@@ -151,26 +175,24 @@ async def serve_http(
         answer = PROBES.get(path)
         if answer is None:
             return None
-        body, status = answer(agent)
+        body, status = answer(view)
         return status, msgspec.json.encode(body)
 
     asgi.install()
-    app = asgi.front(build_app(agent), probe)
+    app = asgi.front(build_app(view, server_config), probe)
     user_timeout = listen.user_timeout_ms(s.header_timeout_seconds)
+    socks = sockets
     if not socks or any(sock.fileno() == -1 for sock in socks):
         for sock in socks or []:
             sock.close()
-        socks = listen.bind(cfg.sinks.metrics.listen_addr, user_timeout_ms=user_timeout)
+        socks = listen.bind(listen_addr, user_timeout_ms=user_timeout)
     else:
         for sock in socks:  # sockets taken over keep the options they were bound with; a reserved one listens now
             listen.set_user_timeout(sock, user_timeout)
             sock.listen(listen.BACKLOG)
-    agent.http_sockets = socks
-    shutdown = agent.http_shutdown
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
-            partial(accept.serve, app, hc, socks, limits=limits, probe=probe, shutdown_trigger=shutdown.wait)
+            partial(accept.serve, app, hc, socks, limits=limits, probe=probe, shutdown_trigger=shutdown_trigger)
         )
-        agent.bound = list(bound)
         log.info("listening on %s", ", ".join(bound))
-        task_status.started()
+        task_status.started(Listening(tuple(bound), tuple(socks)))

@@ -25,12 +25,12 @@ from quart_trio import QuartTrio
 
 from nvdaemon.gotime import rfc3339
 from nvdaemon.history.core import MAX_POINTS, ParamError, TooManyPoints, check_metric, parse_query, tier_of
-from nvdaemon.history.service import HistorySink, Unavailable
+from nvdaemon.history.service import Unavailable
 from nvdaemon.server.responses import json_response, query_lists
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
     from nvdaemon.history.store import QueryResult
+    from nvdaemon.view import AgentView
 
 
 class GoPoint(msgspec.Struct):
@@ -72,11 +72,11 @@ def series_json(metric: str, node: str, result: QueryResult) -> Iterator[bytes]:
     yield b"]"
 
 
-def register(app: QuartTrio, agent: Agent) -> None:
+def register(app: QuartTrio, view: AgentView) -> None:
     @app.get("/v1/history/<metric>")
     async def history(metric: str) -> Response:
-        sink = agent.sinks.get("history")
-        if not isinstance(sink, HistorySink):
+        sink = view.history
+        if sink is None:
             return json_response({"error": "history not enabled"}, 404)
         try:
             check_metric(metric)
@@ -93,4 +93,4 @@ def register(app: QuartTrio, agent: Agent) -> None:
             return json_response(body, 413)
         # One body rather than a streamed one: quart-trio's test client reads a streamed body only once the route
         # has returned, through a channel of 10 chunks, so a longer stream would hang every in-process test.
-        return Response(b"".join(series_json(metric, agent.node, result)), content_type="application/json")
+        return Response(b"".join(series_json(metric, view.node, result)), content_type="application/json")

@@ -1,4 +1,4 @@
-"""``/metrics``: a collector over the latest snapshots, on a registry the agent owns (never the global REGISTRY).
+"""``/metrics``: a collector over the latest snapshots, on a registry of its own (never the global REGISTRY).
 
 Hardware samples are exposed as ``nodevitals_hw_<metric>{node,tier,device,<labels sorted>}``. The text is rendered
 once per change (a new snapshot or new events) and served from that cache: a scrape storm costs one render.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -34,7 +34,7 @@ from nvdaemon.server.smart_metrics import smart_self_metrics
 from nvdaemon.server.tier_metrics import tier_self_metrics
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.view import AgentView
 
 PREFIX = "nodevitals_hw_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -50,17 +50,17 @@ def exposed_as_counter(metric: str, kind: Kind) -> bool:
 
 
 class SnapshotCollector(Collector):
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, view: AgentView) -> None:
+        self.view = view
 
     def collect(self) -> Iterator[Metric]:
         yield from self._hardware()
         yield from self._self_metrics()
 
     def _hardware(self) -> Iterator[Metric]:
-        node = self.agent.node
+        node = self.view.node
         families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
-        for tier, snap in sorted(self.agent.snapshots.items()):
+        for tier, snap in sorted(self.view.snapshots.items()):
             for s in snap.samples:
                 fam = families.get(s.metric)
                 if fam is None:
@@ -75,7 +75,7 @@ class SnapshotCollector(Collector):
             yield families[metric]
 
     def _self_metrics(self) -> Iterator[Metric]:
-        agent = self.agent
+        view = self.view
         success = GaugeMetricFamily(
             "nodevitals_collector_success",
             "1 if the collector's last run had no error (an absent source is not one).",
@@ -92,7 +92,7 @@ class SnapshotCollector(Collector):
             "Errors met by the collector since start (partial failures included).",
             labels=["collector"],
         )
-        for snap in agent.snapshots.values():
+        for snap in view.snapshots.values():
             for name, st in sorted(snap.collectors.items()):
                 success.add_metric([name], 1.0 if st.success else 0.0)
                 present.add_metric([name], 1.0 if st.present else 0.0)
@@ -100,21 +100,19 @@ class SnapshotCollector(Collector):
                 errors.add_metric([name], st.error_total)
         yield from (success, present, duration, errors)
         # nodevitals_smart_device_readable{device}: a disk the smart tier could not read is not silent.
-        yield from smart_self_metrics(agent.snapshots)
-        yield from tier_self_metrics(
-            agent.snapshots, agent.interval
-        )  # a stuck tier loop, for alerts (what /healthz says)
-        yield from podresources_metrics(agent.gpu)  # GPU pod attribution: kubelet reachable, failures by reason
+        yield from smart_self_metrics(view.snapshots)
+        yield from tier_self_metrics(view.snapshots, view.interval)  # a stuck tier loop, for alerts (as /healthz)
+        yield from podresources_metrics(view.gpu)  # GPU pod attribution: kubelet reachable, failures by reason
 
         events = CounterMetricFamily("nodevitals_events", "Events emitted, by transition.", labels=list(COUNT_LABELS))
-        for event_key, n in sorted(agent.event_counts.items()):
+        for event_key, n in sorted(view.event_counts.items()):
             events.add_metric(list(event_key), n)
         yield events
-        yield delivery_dropped(agent)
+        yield delivery_dropped(view)
         dropped = CounterMetricFamily(
             "nodevitals_bus_dropped", "Events a subscriber lost because its channel was full.", labels=["subscriber"]
         )
-        for name, n in sorted(agent.bus.drop_totals.items()):
+        for name, n in sorted(view.bus.drop_totals.items()):
             dropped.add_metric([name], n)
         yield dropped
         active = GaugeMetricFamily(
@@ -123,18 +121,18 @@ class SnapshotCollector(Collector):
             labels=["tier", "condition", "severity", "stale"],
         )
         counts: dict[tuple[str, str, str, str], int] = {}
-        for c in agent.engine.active.values():
+        for c in view.engine.active.values():
             key = (c.tier, c.condition, c.severity, "true" if c.stale else "false")
             counts[key] = counts.get(key, 0) + 1
         for key, n in sorted(counts.items()):
             active.add_metric(list(key), n)
         yield active
-        if agent.supervisor is not None:
+        if view.tasks:
             restarts = CounterMetricFamily(
                 "nodevitals_task_restarts", "Restarts of a supervised task.", labels=["task"]
             )
             up = GaugeMetricFamily("nodevitals_task_up", "1 if the supervised task is running.", labels=["task"])
-            for name, task in sorted(agent.supervisor.tasks.items()):
+            for name, task in sorted(view.tasks.items()):
                 restarts.add_metric([name], task.restarts)
                 up.add_metric([name], 1.0 if task.state == "running" else 0.0)
             yield from (restarts, up)
@@ -143,26 +141,26 @@ class SnapshotCollector(Collector):
             "Config reloads (SIGHUP) by result: ok, or rejected (the running config kept).",
             labels=["result"],
         )
-        reloads.add_metric(["ok"], agent.reloads)
-        reloads.add_metric(["rejected"], agent.reload_failures)
+        reloads.add_metric(["ok"], view.reloads)
+        reloads.add_metric(["rejected"], view.reload_failures)
         last_ok = GaugeMetricFamily(
             "nodevitals_config_last_reload_successful", "0 if the last reload was rejected, else 1."
         )
-        last_ok.add_metric([], 1.0 if agent.last_reload_ok else 0.0)
+        last_ok.add_metric([], 1.0 if view.last_reload_ok else 0.0)
         yield from (reloads, last_ok)
         writable = GaugeMetricFamily(
             "nodevitals_sink_state_writable",
             "1 if the sink's last write to stateDir succeeded, 0 while stateDir refuses it (full, read-only).",
             labels=["sink"],
         )
-        for name, sink in sorted(agent.sinks.items()):
+        for name, sink in sorted(view.sinks.items()):
             if (ok := sink.state_writable()) is not None:
                 writable.add_metric([name], 1.0 if ok else 0.0)
         if writable.samples:  # only where a sink keeps state (the webhook spool)
             yield writable
         # Several webhook endpoints each report the same families: one family per name, or the exposition is invalid.
         merged: dict[str, Metric] = {}
-        for sink in agent.sinks.values():
+        for sink in view.sinks.values():
             for fam in sink.metrics():
                 if (first := merged.setdefault(fam.name, fam)) is not fam:
                     first.samples.extend(fam.samples)
@@ -179,11 +177,11 @@ def go_sink_label(url: str) -> str:
     return f"webhook:{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
 
 
-def delivery_dropped(agent: Agent) -> CounterMetricFamily:
+def delivery_dropped(view: AgentView) -> CounterMetricFamily:
     """``nodevitals_delivery_dropped_total{sink}``: one row per sink, zeros included (see the module docstring)."""
     totals: dict[str, float] = {}
-    for name, sink in agent.sinks.items():
-        label, lost = name, float(agent.bus.drop_totals.get(name, 0) + sum(sink.dropped_counts().values()))
+    for name, sink in view.sinks.items():
+        label, lost = name, float(view.bus.drop_totals.get(name, 0) + sum(sink.dropped_counts().values()))
         if name.startswith("webhook:"):
             from nvdaemon.sinks.webhook import WebhookEndpoint  # already loaded: the sink was built from it
 
@@ -202,21 +200,24 @@ def delivery_dropped(agent: Agent) -> CounterMetricFamily:
 
 
 class MetricsCache:
-    """Owns the registry; re-renders only when the agent's state changed since the last render."""
+    """Owns the registry; re-renders only when what the view shows changed since the last render."""
 
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, view: AgentView) -> None:
+        self.view = view
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(agent))
+        self.registry.register(SnapshotCollector(view))
         self.registry.register(ProcessCollector(registry=None))
         self._key: tuple[int, int, int, int] | None = None
         self._body = b""
         self.renders = 0
 
     def render(self) -> bytes:
-        agent = self.agent
-        key = (agent.snapshot_version, agent.bus.published, agent.reloads, agent.changes)
+        view = self.view
+        key = (view.snapshot_version, view.bus.published, view.reloads, view.changes)
         if key != self._key:
+            # The compat surfaces still read the agent's whole shape (its config): given the view, which is the
+            # agent at run time, until they take snapshot values.
+            agent: Any = view
             # The drop-in surfaces are rendered as text: their exact names would be rewritten by prometheus_client.
             self._body = (
                 generate_latest(self.registry)

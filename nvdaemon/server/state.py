@@ -1,5 +1,5 @@
-"""What ``GET /v1/state`` and ``GET /v1/status`` answer. Plain data built from the agent; no secret is ever part of
-either.
+"""What ``GET /v1/state`` and ``GET /v1/status`` answer. Plain data built from the agent's read-only view
+(``nvdaemon/view.py``); no secret is ever part of either.
 
 ``/v1/state`` is the Go agent's answer (nodevitals-contract.md section 4): a JSON array of the last samples of every
 tier, each ``{node, tier, device, metric, kind, value, labels, timestamp}`` with ``kind`` left out for a gauge (a
@@ -22,7 +22,7 @@ from nvdaemon.gotime import rfc3339
 from nvdaemon.model import Event, Kind
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.view import AgentView
 
 
 class GoSample(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -38,10 +38,10 @@ class GoSample(msgspec.Struct, kw_only=True, omit_defaults=True):
     timestamp: str
 
 
-def state_samples(agent: Agent) -> list[GoSample]:
+def state_samples(view: AgentView) -> list[GoSample]:
     out: list[GoSample] = []
     times: dict[float, str] = {}  # a tier's samples mostly share a timestamp: format each once
-    for tier, snap in sorted(agent.snapshots.items()):
+    for tier, snap in sorted(view.snapshots.items()):
         for s in snap.samples:
             ts = s.timestamp or snap.collected_at
             text = times.get(ts)
@@ -49,7 +49,7 @@ def state_samples(agent: Agent) -> list[GoSample]:
                 text = times[ts] = rfc3339(ts)
             out.append(
                 GoSample(
-                    node=agent.node,
+                    node=view.node,
                     tier=tier,
                     device=s.device,
                     metric=s.metric,
@@ -67,16 +67,13 @@ def event_json(ev: Event) -> dict[str, Any]:
     return out
 
 
-def task_entries(agent: Agent) -> dict[str, Any]:
+def task_entries(view: AgentView) -> dict[str, Any]:
     """Every supervised task; a sink task that runs but cannot do all of its job (its stateDir refuses writes) shows
     why as its ``lastError`` and ``degraded: true``, since the task itself has not failed."""
-    sup = agent.supervisor
-    if sup is None:
-        return {}
     tasks: dict[str, Any] = {}
-    for name, st in sorted(sup.tasks.items()):
+    for name, st in sorted(view.tasks.items()):
         entry = st.as_json()
-        sink = agent.sinks.get(name)
+        sink = view.sinks.get(name)
         why = sink.degraded() if sink is not None else None
         if why is not None:
             entry["lastError"], entry["degraded"] = why, True
@@ -84,13 +81,13 @@ def task_entries(agent: Agent) -> dict[str, Any]:
     return tasks
 
 
-def status_document(agent: Agent) -> dict[str, Any]:
+def status_document(view: AgentView) -> dict[str, Any]:
     tiers: dict[str, Any] = {}
-    for tier, snap in sorted(agent.snapshots.items()):
+    for tier, snap in sorted(view.snapshots.items()):
         tiers[tier] = {
             "collectedAt": snap.collected_at,
             "durationSeconds": round(snap.duration, 6),
-            "intervalSeconds": agent.interval(tier),
+            "intervalSeconds": view.interval(tier),
             "samples": len(snap.samples),
             "collectors": {name: st.as_json() for name, st in sorted(snap.collectors.items())},
         }
@@ -109,20 +106,20 @@ def status_document(agent: Agent) -> dict[str, Any]:
             "stale": c.stale,
             "eventId": c.enter_id,
         }
-        for c in sorted(agent.engine.active.values(), key=lambda c: (c.started_at, c.condition, c.device))
+        for c in sorted(view.engine.active.values(), key=lambda c: (c.started_at, c.condition, c.device))
     ]
     return {
-        "node": agent.node,
+        "node": view.node,
         "version": __version__,
-        "startedAt": agent.started_at,
-        "ready": agent.ready,
-        "config": agent.loaded.source,
+        "startedAt": view.started_at,
+        "ready": view.ready,
+        "config": view.config_source,
         "tiers": tiers,
         "conditions": conditions,
-        "recentEvents": [event_json(ev) for ev in agent.bus.recent],
-        "eventSeq": agent.engine.seq,
-        "tasks": task_entries(agent),
-        "sinks": {name: sink.state() for name, sink in sorted(agent.sinks.items())},
-        "bus": {"published": agent.bus.published, "dropped": dict(agent.bus.drop_totals)},
-        "reloads": {"ok": agent.reloads, "rejected": agent.reload_failures},
+        "recentEvents": [event_json(ev) for ev in view.bus.recent],
+        "eventSeq": view.engine.seq,
+        "tasks": task_entries(view),
+        "sinks": {name: sink.state() for name, sink in sorted(view.sinks.items())},
+        "bus": {"published": view.bus.published, "dropped": dict(view.bus.drop_totals)},
+        "reloads": {"ok": view.reloads, "rejected": view.reload_failures},
     }

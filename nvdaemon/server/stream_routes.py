@@ -23,10 +23,11 @@ from quart import Response, request, websocket
 from quart_trio import QuartTrio
 
 from nvdaemon.server.responses import json_response, query_lists
-from nvdaemon.sinks.stream import CLOSE_GOING_AWAY, Client, Cursor, FilterError, Filters, Refused, Replay, StreamHub
+from nvdaemon.sinks.stream import CLOSE_GOING_AWAY, Client, Cursor, FilterError, Filters, Refused, Replay
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.sinks.stream import StreamHub
+    from nvdaemon.view import AgentView
 
 CLOSE_SEND_SECONDS = 5.0  # a close frame that cannot be written in this long is given up (the kernel cuts the peer)
 FLUSH_ON_SHUTDOWN_SECONDS = 1.0  # events still queued for a client when the agent stops get this long to go out
@@ -35,10 +36,10 @@ FLUSH_ON_SHUTDOWN_SECONDS = 1.0  # events still queued for a client when the age
 PING = '{"type":"ping"}'
 
 
-def register(app: QuartTrio, agent: Agent) -> None:
+def register(app: QuartTrio, view: AgentView) -> None:
     def hub() -> StreamHub | None:
-        sink = agent.sinks.get("stream")
-        return sink if isinstance(sink, StreamHub) and sink.running else None
+        sink = view.stream
+        return sink if sink is not None and sink.running else None
 
     def parse(args: dict[str, list[str]], limit: int) -> tuple[Filters, Cursor]:
         return Filters.from_query(args), Cursor.from_query(args, limit)
@@ -76,7 +77,7 @@ def register(app: QuartTrio, agent: Agent) -> None:
             return json_response({"error": "too many stream clients"}, 503)
         try:
             await websocket.accept()
-            await _pump(client, replay, cursor, agent.loaded.config.sinks.stream.ping_seconds)
+            await _pump(client, replay, cursor, h.config.ping_seconds)
             with trio.move_on_after(CLOSE_SEND_SECONDS):
                 await websocket.close(client.close_code or CLOSE_GOING_AWAY, client.close_reason)
         finally:

@@ -48,7 +48,7 @@ def fill(sink: HistorySink) -> None:
 
 
 async def get(agent: Agent, path: str, **params: str) -> tuple[int, Any]:
-    client = build_app(agent).test_client()
+    client = build_app(agent, agent.loaded.config.server).test_client()
     resp = await client.get(path, query_string=params or None)
     body = await resp.get_data()
     assert resp.headers["Content-Type"] == "application/json"
@@ -183,7 +183,7 @@ async def test_bad_parameters_are_400_naming_which(agent: Agent, params: dict[st
 
 
 async def test_repeated_parameter_is_400(agent: Agent) -> None:
-    client = build_app(agent).test_client()
+    client = build_app(agent, agent.loaded.config.server).test_client()
     resp = await client.get("/v1/history/gpu_power_watts?range=1d&range=2d")
     assert resp.status_code == 400 and json.loads(await resp.get_data())["parameter"] == "range"
 
@@ -251,7 +251,7 @@ async def test_token_guard_applies(tmp_path: Path) -> None:
     token.write_text("history-token\n")
     agent = make_agent(tmp_path, extra=f"server: {{apiTokenFile: {token}}}\n")
     agent.sinks["history"] = HistorySink(agent, agent.loaded.config.history)  # built, its task not started
-    client = build_app(agent).test_client()
+    client = build_app(agent, agent.loaded.config.server).test_client()
     assert (await client.get("/v1/history/gpu_power_watts")).status_code == 401
     resp = await client.get("/v1/history/gpu_power_watts", headers={"Authorization": "Bearer history-token"})
     assert resp.status_code == 503  # past the guard; the store is not open (no task running)
@@ -276,7 +276,11 @@ def garbage_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
 
 def ask(agent: Agent, metric: str, params: dict[str, str] | list[tuple[str, str]]) -> tuple[int, Any]:
     async def go() -> tuple[int, Any]:
-        resp = await build_app(agent).test_client().get("/v1/history/" + quote(metric, safe=""), query_string=params)
+        resp = (
+            await build_app(agent, agent.loaded.config.server)
+            .test_client()
+            .get("/v1/history/" + quote(metric, safe=""), query_string=params)
+        )
         if resp.status_code == 308:  # werkzeug merges the slashes of a metric that starts with "/": not an error
             return 308, None
         return resp.status_code, json.loads(await resp.get_data())

@@ -9,32 +9,26 @@ from pathlib import Path
 
 import trio
 
-from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
-from nvdaemon.server.app import serve_http
 from nvdaemon.supervise import Supervisor
+from tests.server.fakeview import FakeView, address, make_view, serve
 
 
-def make_agent(tmp_path: Path, server: str = "{}", extra: str = "") -> Agent:
-    text = (
-        f"node: n1\nstateDir: {tmp_path / 'state'}\nintervalSeconds: 10\n"
-        f"sinks: {{metrics: {{listenAddr: '127.0.0.1:0'}}}}\nserver: {server}\n{extra}"
-    )
-    return Agent(parse_config(text, "test.yaml", env={}))
+def make_server_view(tmp_path: Path, server: str = "{}", extra: str = "") -> FakeView:
+    return make_view(tmp_path, f"sinks: {{metrics: {{listenAddr: '127.0.0.1:0'}}}}\nserver: {server}\n{extra}")
 
 
 @asynccontextmanager
-async def serving(agent: Agent) -> AsyncIterator[tuple[str, int]]:
-    """``agent``'s HTTP server under a supervisor; (host, port) of its listener; stopped gracefully on exit."""
+async def serving(view: FakeView) -> AsyncIterator[tuple[str, int]]:
+    """A server over ``view`` under a supervisor; (host, port) of its listener; stopped gracefully on exit."""
+    stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        agent.supervisor = sup = Supervisor(nursery)
-        await sup.start("http", serve_http, agent, critical=True, fingerprint=agent.server_fingerprint())
-        host, _, port = agent.bound[0].removeprefix("http://").rpartition(":")
+        sup = Supervisor(nursery)
+        listening = await sup.start("http", serve(view, stop), critical=True)
         try:
-            yield host, int(port)
+            yield address(listening)
         finally:
             sup.stopping = True
-            agent.http_shutdown.set()
+            stop.set()
             await sup.tasks["http"].done.wait()
             nursery.cancel_scope.cancel()
 

@@ -14,18 +14,19 @@ import trio
 import trio.testing
 from quart_trio import QuartTrio
 
-from nvdaemon.app import Agent
+from nvdaemon.config import ServerConfig
 from nvdaemon.server import app as server_app
 from nvdaemon.server.accept import PROBE_LANE, AcceptErrors, Gate, accept_loop
 from nvdaemon.server.asgi import WORK_SLOTS
-from tests.server.raw import Conn, make_agent, serving
+from nvdaemon.view import AgentView
+from tests.server.raw import Conn, make_server_view, serving
 
 DEADLINE = 15  # seconds before a test gives up on an expected close; never a measured duration
 
 
 async def test_idle_keep_alive_connection_is_closed_after_a_response(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, "{idleTimeoutSeconds: 1, headerTimeoutSeconds: 30}")
-    async with serving(agent) as (host, port):
+    view = make_server_view(tmp_path, "{idleTimeoutSeconds: 1, headerTimeoutSeconds: 30}")
+    async with serving(view) as (host, port):
         conn = await Conn.open(host, port)
         for _ in range(2):  # still a keep-alive connection after the first response
             status, headers, _ = await conn.get("/readyz")
@@ -38,8 +39,8 @@ async def test_idle_keep_alive_connection_is_closed_after_a_response(tmp_path: P
     ("headers", "version"), [("Connection: close\r\n", "1.1"), ("", "1.0")], ids=["connection-close", "http-1.0"]
 )
 async def test_connection_close_is_honoured(tmp_path: Path, headers: str, version: str) -> None:
-    agent = make_agent(tmp_path, "{idleTimeoutSeconds: 60, headerTimeoutSeconds: 60}")
-    async with serving(agent) as (host, port):
+    view = make_server_view(tmp_path, "{idleTimeoutSeconds: 60, headerTimeoutSeconds: 60}")
+    async with serving(view) as (host, port):
         conn = await Conn.open(host, port)
         status, _, body = await conn.get("/readyz", headers, version)
         assert status == 503 and json.loads(body)["status"] == "starting"
@@ -48,8 +49,8 @@ async def test_connection_close_is_honoured(tmp_path: Path, headers: str, versio
 
 
 async def test_slow_second_request_head_is_cut_off(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, "{headerTimeoutSeconds: 1, idleTimeoutSeconds: 60}")
-    async with serving(agent) as (host, port):
+    view = make_server_view(tmp_path, "{headerTimeoutSeconds: 1, idleTimeoutSeconds: 60}")
+    async with serving(view) as (host, port):
         conn = await Conn.open(host, port)
         assert (await conn.get("/readyz"))[0] == 503
         await conn.send(b"GET /readyz HTTP/1.1\r\nHost: x\r\n")  # the second head never completes
@@ -60,9 +61,9 @@ async def test_slow_second_request_head_is_cut_off(tmp_path: Path) -> None:
 async def test_connection_cap_answers_probes_and_refuses_the_rest(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent = make_agent(tmp_path, "{maxConnections: 3, headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
+    view = make_server_view(tmp_path, "{maxConnections: 3, headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
     caplog.set_level(logging.WARNING, logger="nvdaemon.server.accept")
-    async with serving(agent) as (host, port):
+    async with serving(view) as (host, port):
         held = [await Conn.open(host, port) for _ in range(3)]
         for conn in held:  # served (so surely accepted), then kept open
             assert (await conn.get("/readyz"))[0] == 503
@@ -135,8 +136,8 @@ async def test_probes_answer_while_every_work_slot_is_held(tmp_path: Path, monke
     release = trio.Event()
     real_build_app = server_app.build_app
 
-    def build_app_with_a_stuck_route(agent: Agent) -> QuartTrio:
-        app = real_build_app(agent)
+    def build_app_with_a_stuck_route(view: AgentView, server_config: ServerConfig) -> QuartTrio:
+        app = real_build_app(view, server_config)
 
         @app.get("/v1/stuck")
         async def stuck() -> str:
@@ -146,8 +147,8 @@ async def test_probes_answer_while_every_work_slot_is_held(tmp_path: Path, monke
         return app
 
     monkeypatch.setattr(server_app, "build_app", build_app_with_a_stuck_route)
-    agent = make_agent(tmp_path, "{headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
-    async with serving(agent) as (host, port):
+    view = make_server_view(tmp_path, "{headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
+    async with serving(view) as (host, port):
         stuck = [await Conn.open(host, port) for _ in range(WORK_SLOTS)]
         for conn in stuck:
             await conn.send(b"GET /v1/stuck HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -172,7 +173,9 @@ async def test_shutdown_ends_a_connection_whose_peer_never_reads(tmp_path: Path)
     """Hypercorn writes with a shielded send_all, which neither the graceful timeout nor a cancellation ends; only
     the kernel would, after TCP_USER_TIMEOUT (headerTimeoutSeconds, 120 s here). The server's stop must not wait
     for it: at the end of the graceful timeout the connection is closed under the blocked write."""
-    agent = make_agent(tmp_path, "{headerTimeoutSeconds: 120, idleTimeoutSeconds: 120}", "shutdownGraceSeconds: 1\n")
+    view = make_server_view(
+        tmp_path, "{headerTimeoutSeconds: 120, idleTimeoutSeconds: 120}", "shutdownGraceSeconds: 1\n"
+    )
     sock = trio.socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     gave_up: list[bool] = []
@@ -183,7 +186,7 @@ async def test_shutdown_ends_a_connection_whose_peer_never_reads(tmp_path: Path)
         sock.close()
 
     async with trio.open_nursery() as watchdog:
-        async with serving(agent) as (host, port):
+        async with serving(view) as (host, port):
             await sock.connect((host, port))
             client = trio.SocketStream(sock)
             pipelined = b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n" * 2000  # answers fill every buffer, unread
@@ -201,8 +204,8 @@ async def test_shutdown_ends_a_connection_whose_peer_never_reads(tmp_path: Path)
 async def test_http2_is_not_spoken(tmp_path: Path) -> None:
     """Only HTTP/1.1, as the Go agent's server: hypercorn would switch a plaintext connection to HTTP/2 on the
     prior-knowledge preface or on ``Upgrade: h2c``, and then take 100 requests at once on it, with 64 KiB heads."""
-    agent = make_agent(tmp_path, "{headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
-    async with serving(agent) as (host, port):
+    view = make_server_view(tmp_path, "{headerTimeoutSeconds: 60, idleTimeoutSeconds: 60}")
+    async with serving(view) as (host, port):
         upgrade = await Conn.open(host, port)
         with trio.fail_after(DEADLINE):
             status, headers, body = await upgrade.get(

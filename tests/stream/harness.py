@@ -18,7 +18,6 @@ import trio_websocket
 from nvdaemon.app import Agent
 from nvdaemon.config import parse_config
 from nvdaemon.model import Event, Phase, new_event_id
-from nvdaemon.server.app import serve_http
 from nvdaemon.sinks.stream import StreamHub
 from nvdaemon.supervise import Supervisor
 
@@ -82,7 +81,7 @@ async def running(tmp_path: Path, stream: str = "{}", extra: str = "", sinks: st
     agent = Agent(parse_config(text, "test.yaml", env={}))
     async with trio.open_nursery() as nursery:
         agent.supervisor = sup = Supervisor(nursery)
-        await sup.start("http", serve_http, agent, critical=True)
+        await agent.start_http(None)
         await agent.sync_sinks()
         host, _, port = agent.bound[0].removeprefix("http://").rpartition(":")
         try:
