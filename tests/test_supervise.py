@@ -421,3 +421,32 @@ def test_describe() -> None:
     assert describe(KeyError()) == "KeyError"
     nested = ExceptionGroup("outer", [ExceptionGroup("inner", [OSError("disk gone")]), ValueError("x")])
     assert describe(nested) == "OSError: disk gone"
+
+
+async def test_start_returns_what_the_first_attempt_reported_and_keeps_the_latest(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``start`` hands back the first attempt's ``task_status.started`` value (a server's binds), or None when that
+    attempt failed; ``started_value`` follows every later attempt that started."""
+    attempts = 0
+
+    async def reports(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise OSError("address in use")
+        task_status.started(f"attempt {attempts}")
+        await trio.sleep_forever()
+
+    async def ready(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started("bound")
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        sup = Supervisor(nursery, jitter=lambda: 0.0)
+        assert await sup.start("ready", ready) == "bound"
+        assert await sup.start("flaky", reports) is None
+        assert sup.tasks["flaky"].started_value is None
+        await trio.sleep(5)  # past the first backoff: the second attempt has started
+        assert sup.tasks["flaky"].started_value == "attempt 2"
+        nursery.cancel_scope.cancel()
