@@ -38,7 +38,6 @@ from nvdaemon.supervise import describe
 
 if TYPE_CHECKING:
     from nvdaemon.config import Config
-    from nvdaemon.tiers import TierSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -365,8 +364,9 @@ class SmartCollector(Collector):
         }
 
 
-def smart_result(snapshots: Mapping[str, TierSnapshot]) -> SmartResult | None:
-    """The smart tier's result in its latest snapshot; None if that tier does not run or that cycle produced none."""
+def smart_result(snapshots: Mapping[str, Any]) -> SmartResult | None:
+    """The smart tier's result in its latest snapshot (tier -> ``TierSnapshot``; typed loosely so collectors need
+    not import the tier layer); None if that tier does not run or that cycle produced none."""
     snap = snapshots.get("smart")
     result = snap.results.get("smart") if snap is not None else None
     return result if isinstance(result, SmartResult) else None
