@@ -42,7 +42,7 @@ T = TypeVar("T")
 
 def _frozen_map(value: Mapping[str, T]) -> Mapping[str, T]:
     """A read-only copy (a ``MappingProxyType`` over a dict of its own, so the caller's dict can change freely)."""
-    return value if isinstance(value, MappingProxyType) else MappingProxyType(dict(value))
+    return MappingProxyType(dict(value))
 
 
 @dataclass(frozen=True)
