@@ -4,6 +4,11 @@ A tier's collectors read+parse one after another in one worker thread per cycle,
 hang on sick hardware: hwmon over I2C, a PCI device in a bad state). A read that times out is abandoned, not waited
 for; while its thread is still stuck, that collector is skipped and reported as failed, so stuck threads never pile
 up tick after tick. Interpretation runs on the loop once the reads are in.
+
+A cycle's outcome is a ``TierSnapshot``: a frozen value holding the samples, each collector's ``Interpreted``
+result of that cycle, each collector's status of that cycle (a frozen ``CollectorStatus``; the runner makes a new one
+every cycle rather than updating one) and the read counts. It holds no collector, so a surface reading it sees that
+cycle and nothing later.
 """
 
 from __future__ import annotations
@@ -11,54 +16,85 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import trio
 
-from nvdaemon.collectors.base import CYCLE_READS, Collector, CycleReads, Gathered, HostRoots, NotPresent
+from nvdaemon.collectors.base import (
+    CYCLE_READS,
+    Collector,
+    CycleReads,
+    Gathered,
+    HostRoots,
+    Interpreted,
+    NotPresent,
+    ReadCounts,
+)
 from nvdaemon.model import Sample
 from nvdaemon.supervise import describe
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
-@dataclass
+def _frozen_map(value: Mapping[str, T]) -> Mapping[str, T]:
+    """A read-only copy (a ``MappingProxyType`` over a dict of its own, so the caller's dict can change freely)."""
+    return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True)
 class CollectorStatus:
-    """The outcome of a collector's latest run, and its totals since start."""
+    """The outcome of one run of a collector, and its totals since start: a value, one per cycle."""
 
     name: str
     success: bool = False  # no error this run (an absent source is not an error)
     present: bool = True  # the source exists on this node
     duration: float = 0.0
-    errors: list[str] = field(default_factory=list)
+    errors: Sequence[str] = ()  # a tuple
     error_total: int = 0
     samples: int = 0
-    detail: dict[str, Any] = field(default_factory=dict)  # Collector.detail() of the last run, when it has one
+    detail: Mapping[str, Any] = field(default_factory=dict)  # Collector.detail() of this run, when it has one
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "errors", tuple(self.errors))
+        object.__setattr__(self, "detail", _frozen_map(self.detail))
 
     def as_json(self) -> dict[str, Any]:
         return {
             "success": self.success,
             "present": self.present,
             "durationSeconds": round(self.duration, 6),
-            "errors": self.errors,
+            "errors": list(self.errors),
             "errorTotal": self.error_total,
             "samples": self.samples,
-            **({"detail": self.detail} if self.detail else {}),
+            **({"detail": dict(self.detail)} if self.detail else {}),
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class TierSnapshot:
+    """One cycle of a tier, as a value: nothing in it changes after it is made, and it holds no collector.
+
+    ``results`` has an entry for each collector that produced one *in this cycle* (one that timed out, was skipped
+    or failed to interpret has none), so a surface reading it knows the data is this cycle's without comparing
+    timestamps. ``collectors`` has every collector's status of this cycle.
+    """
+
     tier: str
-    samples: list[Sample]
-    collectors: dict[str, CollectorStatus]
+    samples: Sequence[Sample]  # a tuple
+    collectors: Mapping[str, CollectorStatus]  # read-only
     collected_at: float
     duration: float
-    # The collector instances, for surfaces that need more than samples (the smartctl_exporter drop-in).
-    sources: dict[str, Collector] = field(default_factory=dict)
-    reads: CycleReads | None = None  # the cycle's shared file reads (how many were shared between collectors)
+    results: Mapping[str, Interpreted] = field(default_factory=dict)  # read-only; this cycle's only
+    reads: ReadCounts | None = None  # the cycle's shared file reads (how many were shared between collectors)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "samples", tuple(self.samples))
+        object.__setattr__(self, "collectors", _frozen_map(self.collectors))
+        object.__setattr__(self, "results", _frozen_map(self.results))
 
 
 @dataclass
@@ -100,28 +136,40 @@ class CollectorRunner:
         outcome.duration = time.perf_counter() - began
         return outcome
 
-    def finish(self, outcome: Outcome, now: float, skipped: str = "") -> list[Sample]:
-        """Interpret a gather's outcome on the loop and record the status (``skipped``: why it did not run)."""
-        st = self.status
-        samples: list[Sample] = []
+    def finish(self, outcome: Outcome, now: float, skipped: str = "") -> Interpreted | None:
+        """Interpret a gather's outcome on the loop and record the status (``skipped``: why it did not run).
+
+        The result, or None when nothing was interpreted this cycle (no data, or interpret failed)."""
+        prev = self.status
+        result: Interpreted | None = None
         errors = [e for e in (skipped, outcome.error) if e]
+        duration = outcome.duration
         if outcome.gathered is not None:
             errors.extend(outcome.gathered.errors)
             began = time.perf_counter()
             try:
-                samples = self.collector.interpret(outcome.gathered, now)
+                result = self.collector.interpret(outcome.gathered, now)
             except Exception as exc:
                 errors.append(f"interpret: {describe(exc)}")
-            outcome.duration += time.perf_counter() - began
-        if errors and (not st.errors or errors[0] != st.errors[0]):
+            duration += time.perf_counter() - began
+        if errors and (not prev.errors or errors[0] != prev.errors[0]):
             # Log a changed error once, not the same line every tick.
             log.warning("collector %s: %s", self.collector.name, "; ".join(errors))
-        st.success, st.present, st.errors = not errors, outcome.present, errors
-        st.error_total += len(errors)
-        st.duration = outcome.duration
-        st.samples = len(samples)
-        st.detail = self.collector.detail()
-        return samples
+        detail = self.collector.detail()
+        if result is not None:
+            detail = {**detail, **result.detail()}
+        # A new value every cycle: a snapshot that holds the previous one keeps seeing that cycle's status.
+        self.status = CollectorStatus(
+            self.collector.name,
+            success=not errors,
+            present=outcome.present,
+            duration=duration,
+            errors=errors,
+            error_total=prev.error_total + len(errors),
+            samples=len(result.samples) if result is not None else 0,
+            detail=detail,
+        )
+        return result
 
 
 STILL_READING = "previous read has not returned yet (hung file system or device); skipped"
@@ -169,7 +217,7 @@ async def collect_tier(
     """Run every collector of a tier (one worker thread, see ``_Batch``); a failing one keeps its partial samples."""
     began = trio.current_time()
     collected_at = time.time()
-    results: dict[str, list[Sample]] = {}
+    results: dict[str, Interpreted | None] = {}
     due = [r for r in runners if not r.in_flight]
     timeout = max((r.collector.read_timeout(read_timeout) for r in due), default=read_timeout)
     batch = _Batch(due, roots)
@@ -198,13 +246,13 @@ async def collect_tier(
                 else f"not read this tick: no worker thread free within {timeout:g}s"
             )
             results[name] = runner.finish(Outcome(), collected_at, skipped=why)
-    samples = [s for runner in runners for s in results.get(runner.collector.name, [])]
+    made = {name: r for name, r in results.items() if r is not None}
     return TierSnapshot(
         tier=tier,
-        samples=samples,
+        samples=[s for r in made.values() for s in r.samples],
         collectors={r.collector.name: r.status for r in runners},
         collected_at=collected_at,
         duration=trio.current_time() - began,
-        sources={r.collector.name: r.collector for r in runners},
-        reads=reads,
+        results=made,
+        reads=reads.counts(),
     )

@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, NotPresent, ParseError, interpreted
 from nvdaemon.model import Sample
 from nvdaemon.tiers import STILL_READING, CollectorRunner, collect_tier
 
@@ -40,10 +40,10 @@ class Fake(Collector):
         errors = ["chip1/temp2_input: EIO"] if self.behaviour == "partial" else []
         return Gathered(data=[1.0, 2.0], errors=errors)
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         if self.behaviour == "bad-interpret":
             raise KeyError("x")
-        return [Sample("m", f"d{i}", v, timestamp=now) for i, v in enumerate(gathered.data)]
+        return interpreted(Sample("m", f"d{i}", v, timestamp=now) for i, v in enumerate(gathered.data))
 
 
 class Other(Fake):
@@ -54,7 +54,7 @@ async def run_alone(runner: CollectorRunner, timeout: float) -> list[Sample]:
     """One tier cycle with only this collector in it."""
     snap = await collect_tier("core", [runner], ROOTS, timeout)
     assert all(s.timestamp == snap.collected_at for s in snap.samples)
-    return snap.samples
+    return list(snap.samples)
 
 
 async def run_once(collector: Collector, timeout: float = 1.0) -> tuple[CollectorRunner, list[Sample]]:
@@ -65,7 +65,7 @@ async def run_once(collector: Collector, timeout: float = 1.0) -> tuple[Collecto
 async def test_healthy_collector() -> None:
     runner, samples = await run_once(Fake("ok"))
     assert [s.value for s in samples] == [1.0, 2.0]
-    assert runner.status.success and runner.status.present and runner.status.errors == []
+    assert runner.status.success and runner.status.present and runner.status.errors == ()
 
 
 async def test_absent_source_is_not_an_error() -> None:
@@ -78,7 +78,7 @@ async def test_broken_source_is_an_error() -> None:
     runner, samples = await run_once(Fake("broken"))
     assert samples == []
     assert runner.status.success is False and runner.status.present is True
-    assert runner.status.errors == ["ParseError: /proc/fake: line 1: bad"]
+    assert runner.status.errors == ("ParseError: /proc/fake: line 1: bad",)
     assert runner.status.error_total == 1
 
 
@@ -100,7 +100,7 @@ async def test_hung_read_times_out_then_is_skipped_until_it_returns(caplog: pyte
     runner = CollectorRunner(fake, trio.CapacityLimiter(2))
     with caplog.at_level(logging.WARNING):
         assert await run_alone(runner, 0.2) == []
-    assert runner.status.errors == ["read timed out after 0.2s"]
+    assert runner.status.errors == ("read timed out after 0.2s",)
     # On a loaded machine the worker thread may start after the (mock-clock) timeout: wait until it is stuck.
     assert await trio.to_thread.run_sync(fake.entered.wait, 30)
     # The thread is still stuck: the next tick does not start a second one.
@@ -115,7 +115,7 @@ async def test_hung_read_times_out_then_is_skipped_until_it_returns(caplog: pyte
     assert not runner.in_flight
     fake.behaviour = "ok"
     samples = await run_alone(runner, 30.0)
-    assert runner.status.errors == []
+    assert not runner.status.errors
     assert len(samples) == 2 and runner.status.success
     # The same failure is logged when it changes, not every tick.
     assert sum("timed out" in r.getMessage() for r in caplog.records) == 1
@@ -138,8 +138,8 @@ async def test_a_hung_collector_in_the_tier_batch_costs_only_itself() -> None:
     other = Other("ok")
     runners = [CollectorRunner(hung, limiter), CollectorRunner(other, limiter)]
     snap = await collect_tier("core", runners, ROOTS, 0.2)
-    assert snap.collectors["fake"].errors == ["read timed out after 0.2s"]
-    assert snap.collectors["other"].errors == ["not read this tick: collector fake was still reading"]
+    assert snap.collectors["fake"].errors == ("read timed out after 0.2s",)
+    assert snap.collectors["other"].errors == ("not read this tick: collector fake was still reading",)
     assert await trio.to_thread.run_sync(hung.entered.wait, 30)
     # Next tick: the hung read is skipped, not started again, and the others run.
     snap = await collect_tier("core", runners, ROOTS, 0.2)

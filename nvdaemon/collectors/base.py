@@ -5,7 +5,9 @@ A collector module holds three layers, kept apart so the middle one can be teste
 - *read*: open files under the host roots and return their text (I/O; raises ``NotPresent`` when the source does
   not exist on this node, ``OSError`` when it exists but cannot be read);
 - *parse*: plain functions of that text (no I/O), raising only ``ParseError``;
-- *interpret*: turn parsed data into ``Sample`` objects; may keep state between ticks (counter deltas).
+- *interpret*: turn parsed data into an ``Interpreted`` value: the ``Sample`` objects, plus (in a subclass) what a
+  compat surface needs of that cycle; may keep state between ticks (counter deltas), but what it returns is a frozen
+  value of its own, never a view of that state: a tier snapshot holds it, and surfaces read it from there.
 
 ``gather`` (read+parse) runs in a worker thread under a timeout because /sys reads can hang on sick hardware;
 ``interpret`` runs on the event loop and must be cheap.
@@ -25,7 +27,7 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +94,23 @@ class Gathered:
     errors: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Interpreted:
+    """What one ``interpret`` produced: this cycle's samples. A collector whose data a compat surface renders
+    returns a subclass that adds it (the smart tier's disk reports, the node_exporter families, the GPU identities)."""
+
+    samples: tuple[Sample, ...]
+
+    def detail(self) -> dict[str, Any]:
+        """Plain data about this result for ``/v1/status`` (joined with ``Collector.detail()``)."""
+        return {}
+
+
+def interpreted(samples: Iterable[Sample]) -> Interpreted:
+    """The plain result of a collector that only has samples."""
+    return Interpreted(tuple(samples))
+
+
 class Collector(abc.ABC):
     """One source of samples. Instances may keep state between ticks; one tick at a time per instance."""
 
@@ -103,7 +122,7 @@ class Collector(abc.ABC):
         """Read and parse (runs in a worker thread). Raise ``NotPresent`` if the source is absent on this node."""
 
     @abc.abstractmethod
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         """Turn parsed data into samples stamped ``now`` (runs on the event loop; no I/O)."""
 
     def configure(self, config: Config) -> None:
@@ -178,6 +197,15 @@ class _Entry:
         self.error: BaseException | None = None
 
 
+@dataclass(frozen=True)
+class ReadCounts:
+    """A cycle's shared reads as a value: files read, reads answered from the cache, the paths in first-asked order."""
+
+    reads: int = 0
+    shared: int = 0
+    paths: tuple[Path, ...] = ()
+
+
 class CycleReads:
     """The files read (and parsed) during one tier cycle, so two surfaces over the same file read it once.
 
@@ -199,6 +227,11 @@ class CycleReads:
         """The files this cycle asked for, in first-asked order (``make bench`` reads them again as its floor)."""
         with self._lock:
             return list(self._entries)
+
+    def counts(self) -> ReadCounts:
+        """The counts so far, as a value (an abandoned worker thread may still read after the cycle ends)."""
+        with self._lock:
+            return ReadCounts(self.reads, self.shared, tuple(self._entries))
 
     def _once(self, table: dict[Any, _Entry], key: Any, compute: Callable[[], Any], count: bool) -> Any:
         with self._lock:

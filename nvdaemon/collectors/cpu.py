@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_text
 from nvdaemon.model import Kind, Sample
 
 _CPU_NAME = re.compile(r"cpu[0-9]*", re.ASCII)
@@ -90,7 +90,7 @@ class CpuCollector(Collector):
         stat = parse_stat(read_stat(roots))
         return Gathered(stat, errors=list(stat.errors))
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         stat: CpuStat = gathered.data
         out: list[Sample] = []
 
@@ -123,4 +123,4 @@ class CpuCollector(Collector):
             if key in stat.counters:
                 add(metric, "cpu", float(stat.counters[key]), Kind.COUNTER)
         add("cpus_online", "cpu", float(stat.cpu_count))
-        return out
+        return interpreted(out)

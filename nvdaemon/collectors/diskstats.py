@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_table
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_table
 from nvdaemon.model import Kind, Sample
 
 _UINT = re.compile(r"[0-9]{1,25}", re.ASCII)  # bounded: int() refuses very long digit strings
@@ -102,7 +102,7 @@ class DiskStatsCollector(Collector):
         whole = frozenset(n for n in stats.devices if is_whole_disk(n, block))
         return Gathered((stats.devices, whole), errors=list(stats.errors))
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         devices: dict[str, tuple[int, ...]]
         whole: frozenset[str]
         devices, whole = gathered.data
@@ -114,4 +114,4 @@ class DiskStatsCollector(Collector):
                 for metrics in table
                 for i, (metric, mul, div, kind) in metrics.items()
             )
-        return out
+        return interpreted(out)

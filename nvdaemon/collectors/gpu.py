@@ -3,7 +3,8 @@
 *gather* (worker thread, under the runtime's NVML limiter): device count, then a snapshot of every GPU; a lost GPU
 is noted, not fatal; a device count NVML cannot answer (the library stopped answering) marks every known GPU lost.
 *interpret* (event loop): samples per GPU (device ``gpu<index>``, labels ``gpu_uuid``, ``gpu_model``,
-``pci_bus_id``), ``gpu_lost`` transitions published through the runtime, and the XID counts.
+``pci_bus_id``), ``gpu_lost`` transitions published through the runtime, and the XID counts; its result
+(``GpuResult``) also carries the GPUs known then and the driver version, which the dcgm-exporter surface renders.
 ``gpu_samples`` and ``decode_throttle`` are pure.
 
 Names, kinds and labels are the Go agent's 21 per GPU plus ``gpu_throttle_active{reason}`` (ECC counts aggregate,
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, NotPresent
 from nvdaemon.model import Kind, Sample, make_labels
 from nvdaemon.nvml import GpuIdentity, GpuLost, GpuSnapshot, NvmlFailure, device_name
 
@@ -87,6 +88,15 @@ def gpu_samples(snap: GpuSnapshot, now: float) -> list[Sample]:
     return out
 
 
+@dataclass(frozen=True)
+class GpuResult(Interpreted):
+    """One gpu cycle: the samples, and every GPU the runtime knows then (index order) with the driver version, for
+    the dcgm-exporter surface (which lists a GPU that did not answer, with zeros)."""
+
+    gpus: tuple[GpuIdentity, ...]
+    driver_version: str
+
+
 @dataclass
 class _Lost:
     index: int
@@ -130,13 +140,13 @@ class GpuCollector(Collector):
         pa = self.runtime.pod_attribution if self.runtime is not None else None
         return {"podAttribution": pa.status()} if pa is not None else {}
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> GpuResult:
         rt = self.runtime
         assert rt is not None
         samples: list[Sample] = []
         if isinstance(gathered.data, _NvmlDown):
             rt.nvml_down(gathered.data.error, now)
-            return samples
+            return self._result(rt, samples)
         for item in gathered.data:
             if isinstance(item, _Lost):
                 rt.set_lost(rt.identity(item.index), True, now, item.error)
@@ -149,4 +159,9 @@ class GpuCollector(Collector):
             samples.append(
                 Sample("gpu_xid_errors_total", device_name(index), float(n), Kind.COUNTER, labels, "gpu", now)
             )
-        return samples
+        return self._result(rt, samples)
+
+    @staticmethod
+    def _result(rt: GpuRuntime, samples: list[Sample]) -> GpuResult:
+        gpus = tuple(rt.identities[i] for i in sorted(rt.identities))  # GpuIdentity is frozen: a copy is a value
+        return GpuResult(tuple(samples), gpus=gpus, driver_version=rt.driver_version)

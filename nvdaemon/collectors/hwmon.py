@@ -19,7 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_attr
+from nvdaemon.collectors.base import (
+    Collector,
+    Gathered,
+    HostRoots,
+    Interpreted,
+    NotPresent,
+    ParseError,
+    interpreted,
+    read_attr,
+)
 from nvdaemon.model import Kind, Sample, make_labels
 
 Reader = Callable[[Path], str]
@@ -156,7 +165,7 @@ class HwmonCollector(Collector):
             raise problems[0][1]
         return Gathered(readings, errors=[f"{path}: {_describe(exc)}" for path, exc in problems])
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         readings: list[Reading] = gathered.data
         divisor = dict(_METRICS.values())
         out = [
@@ -168,4 +177,4 @@ class HwmonCollector(Collector):
             Sample("hwmon_sensor_info", device, 1.0, Kind.GAUGE, make_labels({"label": label}), "core", now)
             for device, label in labelled.items()
         )
-        return out
+        return interpreted(out)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_text
 from nvdaemon.model import Kind, Sample
 
 # ASCII-only patterns: ``float``/``int`` would also accept "nan", "1_0" or Arabic-Indic digits.
@@ -53,7 +53,7 @@ class LoadAvgCollector(Collector):
     def gather(self, roots: HostRoots) -> Gathered:
         return Gathered(parse_loadavg(read_loadavg(roots)))
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         data: LoadAvg = gathered.data
         values = {
             "load1": data.load1,
@@ -62,7 +62,7 @@ class LoadAvgCollector(Collector):
             "procs_running": float(data.procs_running),
             "procs_existing": float(data.procs_total),
         }
-        return [
+        return interpreted(
             Sample(metric=m, device="cpu", value=v, kind=Kind.GAUGE, tier="core", timestamp=now)
             for m, v in values.items()
-        ]
+        )

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_text
 from nvdaemon.model import Kind, Sample
 
 _LINE = re.compile(r"([^\s:]+):\s*([0-9]{1,25})(?:\s+(kB))?\s*", re.ASCII)  # bounded digits: int() limit
@@ -70,7 +70,7 @@ class MemoryCollector(Collector):
         info = parse_meminfo(read_meminfo(roots))
         return Gathered(info, errors=list(info.errors))
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         values: dict[str, int] = gathered.data.values
         out: list[Sample] = []
 
@@ -88,4 +88,4 @@ class MemoryCollector(Collector):
         swap_total, swap_free = values.get("SwapTotal"), values.get("SwapFree")
         if swap_total is not None and swap_free is not None:
             add("swap_used_bytes", float(swap_total - swap_free))
-        return out
+        return interpreted(out)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, ParseError, read_table
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_table
 from nvdaemon.model import Kind, Sample
 
 _UINT = re.compile(r"[0-9]{1,25}", re.ASCII)  # bounded: int() refuses very long digit strings
@@ -69,11 +69,11 @@ class NetDevCollector(Collector):
         parsed = parse_netdev(read_netdev(roots))
         return Gathered(parsed, errors=list(parsed.errors))
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         data: NetDev = gathered.data
-        return [
+        return interpreted(
             Sample(metric=metric, device=iface, value=float(values[i]), kind=Kind.COUNTER, tier="core", timestamp=now)
             for iface, values in data.interfaces.items()
             if iface not in _SKIP
             for i, metric in _METRICS.items()
-        ]
+        )

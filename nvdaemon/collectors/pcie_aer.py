@@ -22,7 +22,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_attr
+from nvdaemon.collectors.base import (
+    Collector,
+    Gathered,
+    HostRoots,
+    Interpreted,
+    NotPresent,
+    ParseError,
+    interpreted,
+    read_attr,
+)
 from nvdaemon.model import Kind, Sample, make_labels
 
 _LINE = re.compile(r"(\S+)\s+([0-9]{1,25})\s*", re.ASCII)
@@ -102,7 +111,7 @@ class PcieAerCollector(Collector):
             raise problems[0][1]
         return Gathered(data, errors=[_describe(path, exc) for path, exc in problems])
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         data: dict[str, dict[str, dict[str, int]]] = gathered.data
         out: list[Sample] = []
         for device, by_severity in data.items():
@@ -120,4 +129,4 @@ class PcieAerCollector(Collector):
                     )
                     for error_type, count in lines.items()
                 )
-        return out
+        return interpreted(out)

@@ -16,7 +16,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_text
+from nvdaemon.collectors.base import (
+    Collector,
+    Gathered,
+    HostRoots,
+    Interpreted,
+    NotPresent,
+    ParseError,
+    interpreted,
+    read_text,
+)
 from nvdaemon.model import Kind, Sample, make_labels
 
 RESOURCES = ("cpu", "memory", "io", "irq")
@@ -81,7 +90,7 @@ class PressureCollector(Collector):
             raise NotPresent(f"{roots.proc / 'pressure'}: no resource files")
         return Gathered(data, errors=[_describe(roots, res, exc) for res, exc in problems])
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         data: dict[str, dict[str, PsiLine]] = gathered.data
         out: list[Sample] = []
         for resource, lines in data.items():
@@ -104,4 +113,4 @@ class PressureCollector(Collector):
                             timestamp=now,
                         )
                     )
-        return out
+        return interpreted(out)

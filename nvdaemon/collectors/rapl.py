@@ -25,7 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError, read_attr
+from nvdaemon.collectors.base import (
+    Collector,
+    Gathered,
+    HostRoots,
+    Interpreted,
+    NotPresent,
+    ParseError,
+    interpreted,
+    read_attr,
+)
 from nvdaemon.model import Kind, Sample, make_labels
 
 log = logging.getLogger(__name__)
@@ -107,9 +116,9 @@ class RaplCollector(Collector):
             errors.append(f"{zone.name}/name: {exc.strerror or exc}")
             return ""
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         zones: list[Zone] = gathered.data
-        return [
+        return interpreted(
             Sample(
                 metric="power_energy_joules_total",
                 device=z.zone,
@@ -120,4 +129,4 @@ class RaplCollector(Collector):
                 timestamp=now,
             )
             for z in zones
-        ]
+        )

@@ -27,10 +27,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from nvdaemon.collectors import smart_edge
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, NotPresent, ParseError
 from nvdaemon.collectors.smart_report import PRIVILEGE_DENIED, DiskReport, build_report, reason_of, text_of
 from nvdaemon.model import Kind, Sample, make_labels
 from nvdaemon.supervise import describe
@@ -237,9 +238,9 @@ def samples_of(report: DiskReport, now: float) -> list[Sample]:
 
 
 # ---- the collector ----------------------------------------------------------------------------------------------
-@dataclass
+@dataclass(frozen=True)
 class DeviceStatus:
-    """What /v1/status and the self metrics show per device."""
+    """What /v1/status and the self metrics show per device (a value: each cycle makes new ones)."""
 
     state: State
     reason: str = ""
@@ -248,6 +249,15 @@ class DeviceStatus:
     @property
     def readable(self) -> bool:
         return self.state in READABLE
+
+
+@dataclass(frozen=True)
+class SmartResult(Interpreted):
+    """One smart cycle: the samples, each readable disk's report and every disk's status (all read-only)."""
+
+    reports: Mapping[str, DiskReport]  # device -> this cycle's report, for the devices smartctl could read
+    status: Mapping[str, DeviceStatus]  # device -> its state this cycle
+    discovered: int  # devices as smartctl_exporter counts them (one per NVMe controller)
 
 
 class SmartCollector(Collector):
@@ -260,7 +270,9 @@ class SmartCollector(Collector):
         self.timeout = DEFAULT_TIMEOUT
         self.concurrency = DEFAULT_CONCURRENCY
         self.interfaces: dict[str, str] = {}  # device -> smartctl -d type, detected once
-        self.status: dict[str, DeviceStatus] = {}  # per device, last cycle (updated on the loop in interpret)
+        # Per device, last cycle (updated on the loop in interpret): the collector's own state, for detail() and the
+        # parse-error counts; surfaces read the SmartResult in the snapshot instead.
+        self.status: dict[str, DeviceStatus] = {}
         self.reports: dict[str, DiskReport] = {}  # last good report per device (this cycle's readable ones)
         self._known = 0  # devices seen by the last gather (sizes the gather's time limit)
         self._logged: dict[str, str] = {}  # device -> the unreadable reason already logged
@@ -291,7 +303,7 @@ class SmartCollector(Collector):
         errors = [f"{o.device}: {o.state.replace('_', ' ')}: {o.reason}" for o in outcomes if not o.readable]
         return Gathered(outcomes, errors=errors)
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
+    def interpret(self, gathered: Gathered, now: float) -> SmartResult:
         outcomes: list[Outcome] = gathered.data
         samples: list[Sample] = []
         status: dict[str, DeviceStatus] = {}
@@ -300,16 +312,19 @@ class SmartCollector(Collector):
             if o.interface:
                 self.interfaces[o.device] = o.interface
             prev = self.status.get(o.device)
-            st = DeviceStatus(o.state, o.reason, parse_errors=prev.parse_errors if prev else 0)
-            if o.state == "parse_error":
-                st.parse_errors += 1
+            parse_errors = (prev.parse_errors if prev else 0) + (o.state == "parse_error")
             if o.report is not None:
                 reports[o.device] = o.report
                 samples += samples_of(o.report, now)
-            status[o.device] = st
+            status[o.device] = DeviceStatus(o.state, o.reason, parse_errors=parse_errors)
             self._log_readability(o)
         self.status, self.reports = status, reports
-        return samples
+        return SmartResult(
+            tuple(samples),
+            reports=MappingProxyType(dict(reports)),  # copies: the collector's own dicts stay its own
+            status=MappingProxyType(dict(status)),
+            discovered=self.discovered_labels(),
+        )
 
     def discovered_labels(self) -> int:
         """Devices as smartctl_exporter counts them (one per NVMe controller)."""
@@ -349,8 +364,9 @@ class SmartCollector(Collector):
         }
 
 
-def smart_collector(snapshots: Mapping[str, Any]) -> SmartCollector | None:
-    """The smart tier's collector behind the latest snapshot (``TierSnapshot.sources``), if that tier runs."""
+def smart_result(snapshots: Mapping[str, Any]) -> SmartResult | None:
+    """The smart tier's result in its latest snapshot (tier -> ``TierSnapshot``; typed loosely so collectors need
+    not import the tier layer); None if that tier does not run or that cycle produced none."""
     snap = snapshots.get("smart")
-    collector = snap.sources.get("smart") if snap is not None else None
-    return collector if isinstance(collector, SmartCollector) else None
+    result = snap.results.get("smart") if snap is not None else None
+    return result if isinstance(result, SmartResult) else None

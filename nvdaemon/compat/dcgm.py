@@ -5,6 +5,8 @@ The 18 ``DCGM_FI_DEV_*`` families the Go agent emits plus ``DCGM_FI_DEV_XID_ERRO
 units (framebuffer MiB, energy mJ, power W), its identity labels in its order (``gpu``, ``UUID``, ``pci_bus_id``,
 ``device="nvidia<N>"``, ``modelName``, ``Hostname``, ``DCGM_FI_DRIVER_VERSION``) and its value formatting (integer
 fields as integers, power as ``%f``). A field the hardware cannot answer reads 0, as dcgm-exporter reports it.
+The readings, the GPUs and the driver version come from the gpu tier's snapshot (the collector's ``GpuResult`` of
+that cycle); the last XIDs and the pod attribution are passed in as values.
 
 Pod attribution (``dcgmCompat.podAttribution``, ``nvdaemon/gpu/podresources.py``): the series of a GPU a
 container holds also carry ``container``, ``namespace`` and ``pod``, as dcgm-exporter 4.5.3-4.8.2 does in its
@@ -20,14 +22,16 @@ without ``_total`` and the camelCase label ``modelName``; a drop-in must keep bo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from nvdaemon.collectors.gpu import GpuCollector, GpuResult
 from nvdaemon.compat.node_exporter.family import label_text
 from nvdaemon.nvml import device_name
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.gpu.attribution import Attribution
+    from nvdaemon.tiers import TierSnapshot
 
 MIB = 1 << 20
 
@@ -94,28 +98,37 @@ XID_AFTER = "DCGM_FI_DEV_DEC_UTIL"
 NO_ERROR = "No Error"
 
 
-def pod_attributes(agent: Agent) -> dict[int, list[tuple[str, str]]]:
+def pod_attributes(attribution: Attribution | None) -> dict[int, list[tuple[str, str]]]:
     """GPU index -> dcgm-exporter's pod attributes (name order) for the GPUs a container holds; {} while off."""
-    pa = agent.gpu.pod_attribution if agent.gpu is not None else None
-    current = pa.current if pa is not None else None
-    if current is None:
+    if attribution is None:
         return {}
     return {
         index: [("container", h.container), ("namespace", h.namespace), ("pod", h.pod)]
-        for index, h in current.dcgm.items()
+        for index, h in attribution.dcgm.items()
     }
 
 
-def render_dcgm(agent: Agent) -> bytes:
-    """The dcgm-exporter exposition of the gpu tier's latest snapshot; empty unless ``dcgmCompat.enabled``."""
-    rt = agent.gpu
-    if not agent.loaded.config.dcgm_compat.enabled or rt is None:
+def render_dcgm(
+    gpu: TierSnapshot | None,
+    *,
+    enabled: bool,
+    node: str,
+    last_xid: Mapping[int, int],
+    pods: Mapping[int, Sequence[tuple[str, str]]],
+) -> bytes:
+    """The dcgm-exporter exposition of the gpu tier's snapshot ``gpu``; empty unless ``enabled`` (dcgmCompat.enabled)
+    and that cycle produced a GPU result (none: NVML not opened, or the cycle's read timed out).
+
+    ``node`` is the ``Hostname`` label, ``last_xid`` the last XID per GPU index (XIDs arrive between cycles, from
+    the XID source), ``pods`` the pod attributes per GPU index (``pod_attributes``).
+    """
+    result = gpu.results.get(GpuCollector.name) if gpu is not None else None
+    if not enabled or not isinstance(result, GpuResult):
         return b""
     from nvdaemon.gpu.events import xid_description
 
-    snap = agent.snapshots.get("gpu")
-    values = {(s.device, s.metric): s.value for s in snap.samples} if snap is not None else {}
-    gpus = [rt.identities[i] for i in sorted(rt.identities)]
+    values = {(s.device, s.metric): s.value for s in result.samples}
+    gpus = result.gpus
     identity = {
         g.index: [
             ("gpu", str(g.index)),
@@ -123,23 +136,22 @@ def render_dcgm(agent: Agent) -> bytes:
             ("pci_bus_id", g.pci_bus_id),
             ("device", f"nvidia{g.index}"),
             ("modelName", g.name),
-            ("Hostname", agent.node),
-            ("DCGM_FI_DRIVER_VERSION", rt.driver_version),
+            ("Hostname", node),
+            ("DCGM_FI_DRIVER_VERSION", result.driver_version),
         ]
         for g in gpus
     }
-    pods = pod_attributes(agent)
     lines: list[str] = []
     for name, kind, help_text, metric, fmt in FAMILIES:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         for g in gpus:
             value = values.get((device_name(g.index), metric), 0.0) if metric else 0.0
-            lines.append(f"{name}{{{label_text(identity[g.index] + pods.get(g.index, []))}}} {fmt(value)}")
+            lines.append(f"{name}{{{label_text([*identity[g.index], *pods.get(g.index, [])])}}} {fmt(value)}")
         if name == XID_AFTER:
             xname, xkind, xhelp = XID_FAMILY
             lines += [f"# HELP {xname} {xhelp}", f"# TYPE {xname} {xkind}"]
             for g in gpus:
-                xid = rt.last_xid.get(g.index, 0)
+                xid = last_xid.get(g.index, 0)
                 msg = xid_description(xid) if xid else NO_ERROR
                 attributes = sorted([("err_code", str(xid)), ("err_msg", msg), *pods.get(g.index, [])])
                 lines.append(f"{xname}{{{label_text(identity[g.index] + attributes)}}} {xid}")

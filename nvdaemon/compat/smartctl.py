@@ -4,7 +4,8 @@ The families, types, label names and HELP texts are those of prometheus-communit
 and ``smartctl.go``): families sorted by name, label pairs by label name, floats as Go's ``strconv`` writes them,
 all as client_golang renders them. Devices are labelled as that exporter labels them: the kernel name for SATA/SAS
 disks (``sda``) and the NVMe *controller* (``nvme0`` for ``nvme0n1``; a second namespace of the same controller is
-not repeated). Values come from the smart tier's latest snapshot (pySMART's parse of ``smartctl --all``).
+not repeated). Values come from the smart tier's latest snapshot: its ``SmartResult``, pySMART's parse of
+``smartctl --all``.
 
 Rendered as text by the node_exporter surface's renderer (``family.render``, client_golang's text format) rather
 than through prometheus_client, which would rename its counters to ``*_total``. Because the names, types and HELP
@@ -24,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from nvdaemon.collectors.smart import controller_of, smart_collector
+from nvdaemon.collectors.smart import SmartCollector, SmartResult, controller_of
 from nvdaemon.collectors.smart_report import DiskReport
 from nvdaemon.compat.node_exporter.family import Family, FamilyType, render
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.tiers import TierSnapshot
 
 Pairs = list[tuple[str, str]]
 
@@ -190,11 +191,13 @@ def render_reports(reports: Iterable[DiskReport], discovered: int) -> bytes:
     return render(families)
 
 
-def render_smartctl(agent: Agent) -> bytes:
-    """The smartctl_exporter exposition of the smart tier's latest snapshot; empty unless ``smartctlCompat.enabled``."""
-    if not agent.loaded.config.smartctl_compat.enabled:
+def render_smartctl(smart: TierSnapshot | None, *, enabled: bool) -> bytes:
+    """The smartctl_exporter exposition of the smart tier's snapshot ``smart``; empty unless ``enabled``
+    (``smartctlCompat.enabled``). No smart result in it (the tier does not run, or its cycle timed out): no devices.
+    """
+    if not enabled:
         return b""
-    collector = smart_collector(agent.snapshots)
-    if collector is None:
+    result = smart.results.get(SmartCollector.name) if smart is not None else None
+    if not isinstance(result, SmartResult):
         return render_reports([], 0)
-    return render_reports(list(collector.reports.values()), collector.discovered_labels())
+    return render_reports(list(result.reports.values()), result.discovered)

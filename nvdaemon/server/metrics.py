@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from nvdaemon import __version__
 from nvdaemon.catalogue import help_for
-from nvdaemon.compat.dcgm import render_dcgm
+from nvdaemon.compat.dcgm import pod_attributes, render_dcgm
 from nvdaemon.compat.node_exporter.surface import render_node_exporter
 from nvdaemon.compat.smartctl import render_smartctl
 from nvdaemon.gpu.podresources import podresources_metrics
@@ -219,11 +219,19 @@ class MetricsCache:
             # agent at run time, until they take snapshot values.
             agent: Any = view
             # The drop-in surfaces are rendered as text: their exact names would be rewritten by prometheus_client.
+            cfg, rt, snaps = agent.loaded.config, agent.gpu, agent.snapshots
+            pa = rt.pod_attribution if rt is not None else None
             self._body = (
                 generate_latest(self.registry)
-                + render_dcgm(agent)
-                + render_smartctl(agent)
-                + render_node_exporter(agent)
+                + render_dcgm(
+                    snaps.get("gpu"),
+                    enabled=cfg.dcgm_compat.enabled,
+                    node=agent.node,
+                    last_xid=rt.last_xid if rt is not None else {},
+                    pods=pod_attributes(pa.current if pa is not None else None),
+                )
+                + render_smartctl(snaps.get("smart"), enabled=cfg.smartctl_compat.enabled)
+                + render_node_exporter(snaps.get("core"), enabled=cfg.node_exporter.enabled)
             )
             self._key = key
             self.renders += 1

@@ -12,12 +12,12 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from nvdaemon.collectors.smart import smart_collector
+from nvdaemon.collectors.smart import smart_result
 
 
 def smart_self_metrics(snapshots: Mapping[str, Any]) -> Iterator[Metric]:
-    collector = smart_collector(snapshots)
-    if collector is None:
+    result = smart_result(snapshots)
+    if result is None:
         return
     readable = GaugeMetricFamily(
         "nodevitals_smart_device_readable",
@@ -30,7 +30,7 @@ def smart_self_metrics(snapshots: Mapping[str, Any]) -> Iterator[Metric]:
         "Cycles whose smartctl output for the disk could not be parsed (garbage or cut short); the disk was skipped.",
         labels=["device"],
     )
-    for name, st in sorted(collector.status.items()):
+    for name, st in sorted(result.status.items()):
         readable.add_metric([name], 1.0 if st.readable else 0.0)
         parse_errors.add_metric([name], st.parse_errors)
     yield readable

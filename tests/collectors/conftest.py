@@ -26,7 +26,7 @@ def copy_host(tmp_path: Path, host: str = "healthy") -> HostRoots:
 
 def collect(collector: Collector, roots: HostRoots, now: float = NOW) -> tuple[Gathered, list[Sample]]:
     gathered = collector.gather(roots)
-    return gathered, collector.interpret(gathered, now)
+    return gathered, list(collector.interpret(gathered, now).samples)
 
 
 def find(samples: list[Sample], metric: str, device: str, **labels: str) -> Sample:

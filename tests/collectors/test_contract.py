@@ -129,11 +129,11 @@ def _core_samples(host: Path, tmp_path: Path) -> list[Sample]:
     out: list[Sample] = []
     for c in collectors_for_tier("core"):
         try:
-            out += c.interpret(c.gather(roots), NOW)
+            out += c.interpret(c.gather(roots), NOW).samples
         except NotPresent:  # gpunode has no PCI AER files
             continue
         if c.name == "cpu":  # the first tick is the baseline: percentages come from a second one
-            second = c.interpret(c.gather(_second_cpu_tick(host, tmp_path)), NOW + 15)
+            second = c.interpret(c.gather(_second_cpu_tick(host, tmp_path)), NOW + 15).samples
             out += [s for s in second if s.metric.endswith("_pct")]
     return out
 

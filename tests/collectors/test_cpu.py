@@ -28,7 +28,7 @@ def bump(text: str, deltas: dict[str, list[int]]) -> str:
 
 
 def tick(collector: CpuCollector, roots: HostRoots, now: float) -> list[Sample]:
-    return collector.interpret(collector.gather(roots), now)
+    return list(collector.interpret(collector.gather(roots), now).samples)
 
 
 def test_first_tick_has_counters_but_no_utilisation() -> None:
@@ -153,7 +153,7 @@ def test_malformed_cpu_line_keeps_the_others(healthy_copy: HostRoots) -> None:
     gathered = collector.gather(healthy_copy)
     assert len(gathered.errors) == 1
     assert "/proc/stat" in gathered.errors[0] and "cpu2" in gathered.errors[0]
-    samples = collector.interpret(gathered, 2.0)
+    samples = list(collector.interpret(gathered, 2.0).samples)
     assert devices(samples, "cpu_util_pct") == {"cpu", "cpu0", "cpu1"}
     assert value(samples, "cpu_util_pct", "cpu1") == pytest.approx(50.0)
     assert value(samples, "cpus_online", "cpu") == 4

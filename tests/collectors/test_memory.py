@@ -50,7 +50,7 @@ def test_faulty_has_little_available_and_corrupted_pages() -> None:
 def test_go_agent_values() -> None:
     """The Go agent's own test host: 16000000/8000000 kB with swap 4000000/3000000."""
     text = "MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\nSwapTotal: 4000000 kB\nSwapFree: 3000000 kB\n"
-    samples = MemoryCollector().interpret(Gathered(parse_meminfo(text)), 0.0)
+    samples = list(MemoryCollector().interpret(Gathered(parse_meminfo(text)), 0.0).samples)
     assert value(samples, "mem_used_bytes", "mem") == 8000000 * KIB
     assert value(samples, "swap_used_bytes", "mem") == 1000000 * KIB
 

@@ -78,7 +78,7 @@ def test_permission_flag_clears_when_readable_again() -> None:
     collector.gather(HEALTHY)
     assert collector.permission_denied
     denied["on"] = False
-    assert len(collector.interpret(collector.gather(HEALTHY), 1.0)) == 3
+    assert len(collector.interpret(collector.gather(HEALTHY), 1.0).samples) == 3
     assert not collector.permission_denied
 
 

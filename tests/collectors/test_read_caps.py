@@ -83,12 +83,12 @@ async def test_poisoned_files_are_counted_errors_and_the_rest_succeeds(
     assert f"larger than {PROC_FILE_MAX} bytes, not read" in status["memory"].errors[0]
     hwmon = status["hwmon"]
     assert not hwmon.success and hwmon.error_total == 1
-    assert hwmon.errors == [
-        f"{roots.sys}/class/hwmon/hwmon0/temp3_input: not a regular file (a character device), not read"
-    ]
+    assert hwmon.errors == (
+        f"{roots.sys}/class/hwmon/hwmon0/temp3_input: not a regular file (a character device), not read",
+    )
     assert any(s.metric == "temp_celsius" for s in snap.samples)  # the chip's other sensors are still read
     others = ("cpu", "netdev", "diskstats", "pressure", "rapl", "pcie_aer", "node_exporter.netdev")
-    assert {n: status[n].errors for n in others} == {n: [] for n in others}
+    assert {n: status[n].errors for n in others} == {n: () for n in others}
     assert all(status[n].success for n in others)
     metrics = {s.metric for s in snap.samples}
     assert "load1" not in metrics and "mem_total_bytes" not in metrics
@@ -161,10 +161,10 @@ async def test_oversized_textfile_is_skipped_and_counted(tmp_path: Path) -> None
         snap = await collect_tier("core", [runner], roots, 30.0)
     status = snap.collectors["node_exporter.textfile"]
     assert not status.success and status.error_total == 2
-    assert status.errors == [
+    assert status.errors == (
         f"textfile {textfiles}/big.prom: larger than 2048 bytes, not read",
         f"textfile {textfiles}/pipe.prom: not a regular file (a FIFO), not read",
-    ]
+    )
     families = surface_families(snap)
     assert families["site_ok"].samples  # the good file is still served
     assert "site_big" not in families

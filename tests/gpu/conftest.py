@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 from nvdaemon.app import Agent
+from nvdaemon.compat.dcgm import pod_attributes, render_dcgm
 from nvdaemon.config import parse_config
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -25,6 +26,19 @@ def make_agent(tmp_path: Path, extra: str = "", tiers: str = "[gpu]", scenario: 
         f"gpu: {{backend: fake, fakeScenario: '{scenario}'}}\n{extra}"
     )
     return Agent(parse_config(text, "test.yaml", env={}))
+
+
+def dcgm_text(agent: Agent) -> bytes:
+    """The dcgm surface of this agent's latest gpu snapshot, from the values /metrics passes it."""
+    rt = agent.gpu
+    pa = rt.pod_attribution if rt is not None else None
+    return render_dcgm(
+        agent.snapshots.get("gpu"),
+        enabled=agent.loaded.config.dcgm_compat.enabled,
+        node=agent.node,
+        last_xid=rt.last_xid if rt is not None else {},
+        pods=pod_attributes(pa.current if pa is not None else None),
+    )
 
 
 async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:

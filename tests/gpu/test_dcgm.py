@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from nvdaemon.app import Agent
-from nvdaemon.compat.dcgm import FAMILIES, render_dcgm
+from nvdaemon.compat.dcgm import FAMILIES
 from nvdaemon.gpu import open_gpu
 from nvdaemon.nvml import XidNotice
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.tiers import CollectorRunner, collect_tier
-from tests.gpu.conftest import make_agent
+from tests.gpu.conftest import dcgm_text, make_agent
 
 GOLDEN = Path(__file__).parent / "golden" / "dcgm.metrics"
 # What promtool's linter says about dcgm-exporter's own names; a drop-in has to keep them.
@@ -40,7 +40,7 @@ async def agent_with_one_tick(tmp_path: Path, enabled: bool = True) -> Agent:
 
 async def test_dcgm_surface_matches_golden_and_promtool_finds_only_dcgm_exporters_own_names(tmp_path: Path) -> None:
     agent = await agent_with_one_tick(tmp_path)
-    body = render_dcgm(agent)
+    body = dcgm_text(agent)
     text = body.decode()
     if os.environ.get("NVDAEMON_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
@@ -73,6 +73,6 @@ async def test_dcgm_surface_matches_golden_and_promtool_finds_only_dcgm_exporter
 
 async def test_nothing_unless_enabled(tmp_path: Path) -> None:
     agent = await agent_with_one_tick(tmp_path, enabled=False)
-    assert render_dcgm(agent) == b""
+    assert dcgm_text(agent) == b""
     assert b"DCGM_FI_" not in MetricsCache(agent).render()
     assert b"nodevitals_hw_gpu_temperature_celsius{" in MetricsCache(agent).render()

@@ -61,7 +61,7 @@ def tick(rt: GpuRuntime, now: float = 1.0) -> list[Sample]:
     (collector,) = rt.collectors()
     gathered = collector.gather(HostRoots())
     assert gathered.errors == []
-    return collector.interpret(gathered, now)
+    return list(collector.interpret(gathered, now).samples)
 
 
 def of(samples: list[Sample], device: str, metric: str, **labels: str) -> list[Sample]:
@@ -272,7 +272,7 @@ def test_nvml_that_stops_answering_loses_every_known_gpu_once_and_each_comes_bac
     for now in (2.0, 3.0):
         gathered = collector.gather(HostRoots())
         assert gathered.errors == ["nvmlDeviceGetCount: Driver Not Loaded"]
-        assert collector.interpret(gathered, now) == []
+        assert collector.interpret(gathered, now).samples == ()
     assert [(e.condition, e.phase, e.device) for e in events] == [
         ("gpu_lost", Phase.ENTER, f"gpu{i}") for i in range(8)
     ]

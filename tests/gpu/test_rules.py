@@ -26,7 +26,7 @@ def run(scenario: dict[str, Any] | Path, ticks: int) -> list[tuple[int, str, str
     (collector,) = rt.collectors()
     out = []
     for t in range(ticks):
-        samples = collector.interpret(collector.gather(HostRoots()), float(t * 15))
+        samples = collector.interpret(collector.gather(HostRoots()), float(t * 15)).samples
         events: list[Event] = engine.evaluate(
             state, rules, samples, tier="gpu", node="n", now=float(t * 15), new_id=new_event_id
         )

@@ -8,11 +8,10 @@ from pathlib import Path
 import trio
 
 from nvdaemon.app import Agent
-from nvdaemon.compat.dcgm import render_dcgm
 from nvdaemon.config import load_config
 from nvdaemon.gpu.podresources import TASK_NAME
 from nvdaemon.nvml.fake import FakeNvml
-from tests.gpu.conftest import HEALTHY, wait_until
+from tests.gpu.conftest import HEALTHY, dcgm_text, wait_until
 from tests.podres.kubelet import TestKubelet, pod
 
 UUID0 = "GPU-0b3c4e21-7d52-4f0a-9c1e-5a6b7c8d9e01"
@@ -42,7 +41,7 @@ async def test_reload_stops_starts_and_restarts_the_refresh(tmp_path: Path) -> N
         agent = Agent(load_config(str(config), env={}), config_path=str(config))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(agent.run)
-            await wait_until(lambda: b'pod="from-a"' in render_dcgm(agent))
+            await wait_until(lambda: b'pod="from-a"' in dcgm_text(agent))
             sup = agent.supervisor
             assert sup is not None and TASK_NAME in sup.tasks
 
@@ -50,15 +49,15 @@ async def test_reload_stops_starts_and_restarts_the_refresh(tmp_path: Path) -> N
             await agent.reload()
             assert TASK_NAME not in sup.tasks
             assert agent.gpu is not None and agent.gpu.pod_attribution is None
-            assert b'pod="' not in render_dcgm(agent)
+            assert b'pod="' not in dcgm_text(agent)
 
             write(True, b.socket_path)
             await agent.reload()
-            await wait_until(lambda: b'pod="from-b"' in render_dcgm(agent))
+            await wait_until(lambda: b'pod="from-b"' in dcgm_text(agent))
             calls_a = a.calls["List"]
             write(True, a.socket_path)  # only the path changed: restarted on the new one
             await agent.reload()
-            await wait_until(lambda: b'pod="from-a"' in render_dcgm(agent))
+            await wait_until(lambda: b'pod="from-a"' in dcgm_text(agent))
             assert a.calls["List"] > calls_a
             agent.stopping.set()
 

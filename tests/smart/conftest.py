@@ -62,7 +62,7 @@ def collector(timeout: float = 10.0, concurrency: int = 4, devices: list[str] | 
 
 def cycle(c: SmartCollector, roots: HostRoots = DISKS) -> tuple[Gathered, list[Sample]]:
     gathered = c.gather(roots)
-    return gathered, c.interpret(gathered, NOW)
+    return gathered, list(c.interpret(gathered, NOW).samples)
 
 
 def by_series(samples: list[Sample]) -> dict[tuple[str, str], Sample]:

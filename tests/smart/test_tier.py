@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from nvdaemon.collectors.smart import SmartCollector
+from nvdaemon.collectors.smart import SmartResult
 from nvdaemon.tiers import CollectorRunner, collect_tier
 from tests.smart.conftest import DISKS, Standin, collector
 
@@ -22,9 +22,9 @@ async def test_runner_waits_for_the_kill_instead_of_abandoning(standin: Standin)
     assert st.detail["unreadable"] == ["sdb"] and st.detail["devices"]["sdb"]["state"] == "timeout"
     standin.modes()
     snap = await collect_tier("smart", [runner], DISKS, 0.5)
-    assert runner.status.success and runner.status.errors == []
+    assert runner.status.success and runner.status.errors == ()
     assert {s.device for s in snap.samples} == {"sda", "sdb", "nvme0n1", "nvme1n1"}
-    assert isinstance(snap.sources["smart"], SmartCollector)  # what the smartctl_exporter surface reads
+    assert isinstance(snap.results["smart"], SmartResult)  # what the smartctl_exporter surface reads
     assert runner.status.as_json()["detail"]["unreadable"] == []
 
 

@@ -3,8 +3,9 @@
 Each node_exporter collector runs as its own core-tier collector (``node_exporter.<name>``), so it gets a worker
 thread, the read timeout and the stuck-read skip of every other collector, and shares the cycle's file reads with
 the ``nodevitals_hw_*`` collectors. It returns no samples to the rule engine (the hardware surface already does);
-its families are kept on the instance and rendered on /metrics, with node_exporter's ``node_scrape_collector_*``
-self metrics, when ``nodeExporter.enabled``.
+its families are its result of the cycle (``NodeResult``, held by the core tier's snapshot, not by the collector)
+and are rendered from that snapshot on /metrics, with node_exporter's ``node_scrape_collector_*`` self metrics,
+when ``nodeExporter.enabled``.
 """
 
 from __future__ import annotations
@@ -17,16 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, NotPresent
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, NotPresent
 from nvdaemon.compat.node_exporter.context import NodeCollector, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, merge, render
 from nvdaemon.compat.node_exporter.options import enabled_collectors
-from nvdaemon.model import Sample
 from nvdaemon.supervise import describe
 from nvdaemon.tiers import CollectorRunner, collect_tier
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
     from nvdaemon.config import Config, NodeExporterConfig
     from nvdaemon.tiers import TierSnapshot
 
@@ -41,10 +40,25 @@ _RESERVED = re.compile(r"^(nodevitals_|process_|python_|DCGM_|smartctl_|node_scr
 
 
 @dataclass
-class NodeResult:
+class _Collected:
+    """What gather hands to interpret."""
+
     families: list[Family] = field(default_factory=list)
     success: bool = False
-    at: float = -1.0  # the cycle (collected_at) this result belongs to
+
+
+@dataclass(frozen=True)
+class NodeResult(Interpreted):
+    """One node_exporter collector's cycle: no samples for the rule engine, its families and whether it succeeded.
+
+    The families are built by the gather of this cycle and never touched again (rendering copies what it merges).
+    """
+
+    families: tuple[Family, ...]
+    success: bool
+
+    def detail(self) -> dict[str, Any]:
+        return {"nodeExporterSuccess": self.success, "families": len(self.families)}
 
 
 class NodeExporterCollector(Collector):
@@ -57,7 +71,6 @@ class NodeExporterCollector(Collector):
         self.name = PREFIX + node_name  # type: ignore[misc]  # per-instance name: one class, many collectors
         self.impl = impl
         self.options: NodeExporterConfig | None = None
-        self.result = NodeResult()
 
     def configure(self, config: Config) -> None:
         self.options = config.node_exporter
@@ -83,16 +96,11 @@ class NodeExporterCollector(Collector):
             log.debug("node_exporter collector %s: no data: %s", self.node_name, exc)
         except Exception as exc:
             errors.append(describe(exc))
-        return Gathered(NodeResult(out, success), ctx.errors + errors)
+        return Gathered(_Collected(out, success), ctx.errors + errors)
 
-    def interpret(self, gathered: Gathered, now: float) -> list[Sample]:
-        result: NodeResult = gathered.data
-        result.at = now
-        self.result = result
-        return []
-
-    def detail(self) -> dict[str, Any]:
-        return {"nodeExporterSuccess": self.result.success, "families": len(self.result.families)}
+    def interpret(self, gathered: Gathered, now: float) -> NodeResult:
+        collected: _Collected = gathered.data
+        return NodeResult((), families=tuple(collected.families), success=collected.success)
 
 
 def node_exporter_collectors(config: Config, table: Mapping[str, Callable[[], NodeCollector]]) -> list[Collector]:
@@ -104,23 +112,24 @@ def node_exporter_collectors(config: Config, table: Mapping[str, Callable[[], No
 
 
 def surface_families(snap: TierSnapshot) -> dict[str, Family]:
-    """Every node_* family of the latest core cycle, with node_scrape_collector_{success,duration_seconds}."""
+    """Every node_* family of a core cycle, with node_scrape_collector_{success,duration_seconds}."""
     success = Family("node_scrape_collector_success", "node_exporter: Whether a collector succeeded.", "gauge")
     duration = Family(
         "node_scrape_collector_duration_seconds", "node_exporter: Duration of a collector scrape.", "gauge"
     )
     own: list[Family] = []
     textfile: list[Family] = []
-    for source in snap.sources.values():
-        if not isinstance(source, NodeExporterCollector):
+    for name, status in snap.collectors.items():
+        if not name.startswith(PREFIX):
             continue
-        res = source.result
-        fresh = res.at == snap.collected_at  # else the read timed out or was skipped this cycle
-        status = snap.collectors[source.name]  # the runner timed it, gather and interpret (or the timeout)
-        success.add(1.0 if fresh and res.success else 0.0, collector=source.node_name)
-        duration.add(status.duration, collector=source.node_name)
-        if fresh:
-            (textfile if source.node_name == TEXTFILE else own).extend(res.families)
+        node_name = name.removeprefix(PREFIX)
+        # A result only when this cycle made one: none when the read timed out or was skipped.
+        result = snap.results.get(name)
+        fresh = result if isinstance(result, NodeResult) else None
+        success.add(1.0 if fresh is not None and fresh.success else 0.0, collector=node_name)
+        duration.add(status.duration, collector=node_name)  # the runner timed it (or the timeout)
+        if fresh is not None:
+            (textfile if node_name == TEXTFILE else own).extend(fresh.families)
     families = merge([*own, success, duration])
     if textfile:
         _merge_textfile(families, textfile)
@@ -142,14 +151,11 @@ def _merge_textfile(families: dict[str, Family], textfile: list[Family]) -> None
             families[fam.name] = fam
 
 
-def render_node_exporter(agent: Agent) -> bytes:
-    """The node_* exposition of the latest core snapshot ("" when the surface is off or has not run yet)."""
-    if not agent.loaded.config.node_exporter.enabled:
+def render_node_exporter(core: TierSnapshot | None, *, enabled: bool) -> bytes:
+    """The node_* exposition of the core tier's latest snapshot ("" when the surface is off or has not run yet)."""
+    if not enabled or core is None:
         return b""
-    snap = agent.snapshots.get("core")
-    if snap is None:
-        return b""
-    return render(surface_families(snap))
+    return render(surface_families(core))
 
 
 def collect_once(
