@@ -44,7 +44,7 @@ from nvdaemon.sinks.stream import StreamHub
 from nvdaemon.statefile import atomic_write, quarantine
 from nvdaemon.supervise import Supervisor, TaskState, describe
 from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
-from nvdaemon.view import AgentView
+from nvdaemon.view import AgentView, Surfaces
 
 log = logging.getLogger(__name__)
 events_log = logging.getLogger("nvdaemon.events")
@@ -131,6 +131,11 @@ class Agent:
     @property
     def tasks(self) -> dict[str, TaskState]:
         return self.supervisor.tasks if self.supervisor is not None else {}
+
+    @property
+    def surfaces(self) -> Surfaces:
+        c = self.loaded.config
+        return Surfaces(c.dcgm_compat.enabled, c.smartctl_compat.enabled, c.node_exporter.enabled)
 
     @property
     def history(self) -> HistorySink | None:

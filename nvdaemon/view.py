@@ -10,7 +10,7 @@ Nothing here reads a file; times are Unix seconds (wall clock) unless a member s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from prometheus_client.core import Metric
@@ -23,6 +23,14 @@ if TYPE_CHECKING:
     from nvdaemon.tiers import TierSnapshot
 
 EventKey = tuple[str, str, str, str, str, str, str]  # nodevitals_events_total's labels (model.Event.count_key)
+
+
+class Surfaces(NamedTuple):
+    """Which drop-in surfaces ``/metrics`` appends (``dcgmCompat``, ``smartctlCompat``, ``nodeExporter`` enabled)."""
+
+    dcgm: bool
+    smartctl: bool
+    node_exporter: bool
 
 
 class EngineView(Protocol):
@@ -114,6 +122,8 @@ class AgentView(Protocol):
     def stream(self) -> StreamHub | None: ...  # the websocket hub, when the stream sink is enabled
     @property
     def gpu(self) -> GpuRuntime | None: ...  # opened NVML, for the GPU pod-attribution metrics
+    @property
+    def surfaces(self) -> Surfaces: ...  # the drop-in surfaces the running config enables
 
     def active_tiers(self) -> list[str]: ...
     def interval(self, tier: str) -> float: ...  # the tier's collection interval, seconds

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -215,23 +215,20 @@ class MetricsCache:
         view = self.view
         key = (view.snapshot_version, view.bus.published, view.reloads, view.changes)
         if key != self._key:
-            # The compat surfaces still read the agent's whole shape (its config): given the view, which is the
-            # agent at run time, until they take snapshot values.
-            agent: Any = view
             # The drop-in surfaces are rendered as text: their exact names would be rewritten by prometheus_client.
-            cfg, rt, snaps = agent.loaded.config, agent.gpu, agent.snapshots
+            on, rt, snaps = view.surfaces, view.gpu, view.snapshots
             pa = rt.pod_attribution if rt is not None else None
             self._body = (
                 generate_latest(self.registry)
                 + render_dcgm(
                     snaps.get("gpu"),
-                    enabled=cfg.dcgm_compat.enabled,
-                    node=agent.node,
+                    enabled=on.dcgm,
+                    node=view.node,
                     last_xid=rt.last_xid if rt is not None else {},
                     pods=pod_attributes(pa.current if pa is not None else None),
                 )
-                + render_smartctl(snaps.get("smart"), enabled=cfg.smartctl_compat.enabled)
-                + render_node_exporter(snaps.get("core"), enabled=cfg.node_exporter.enabled)
+                + render_smartctl(snaps.get("smart"), enabled=on.smartctl)
+                + render_node_exporter(snaps.get("core"), enabled=on.node_exporter)
             )
             self._key = key
             self.renders += 1

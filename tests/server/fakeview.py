@@ -22,14 +22,12 @@ from nvdaemon.server.app import Listening, serve_http
 from nvdaemon.sinks.stream import StreamHub
 from nvdaemon.supervise import TaskState
 from nvdaemon.tiers import TierSnapshot
-from nvdaemon.view import AgentView, EventKey, SinkView
+from nvdaemon.view import AgentView, EventKey, SinkView, Surfaces
 
 
 @dataclass
 class FakeView:
-    # The compat surfaces (dcgm, smartctl, node_exporter) still read their enable flags from the config given to
-    # them; nothing in the server reads it.
-    loaded: LoadedConfig
+    loaded: LoadedConfig  # the test's config: the fake derives the view's values from it, as the agent does
     snapshots: dict[str, TierSnapshot] = field(default_factory=dict)
     engine: engine.EngineState = field(default_factory=engine.EngineState)
     bus: EventBus = field(default_factory=EventBus)
@@ -69,6 +67,11 @@ class FakeView:
     @property
     def config_source(self) -> str:
         return self.loaded.source
+
+    @property
+    def surfaces(self) -> Surfaces:
+        c = self.loaded.config
+        return Surfaces(c.dcgm_compat.enabled, c.smartctl_compat.enabled, c.node_exporter.enabled)
 
     def active_tiers(self) -> list[str]:
         return list(self.loaded.tiers)
