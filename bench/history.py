@@ -121,7 +121,7 @@ def query_time(path: Path) -> dict[str, float]:
     sizes: list[int] = []
 
     async def main() -> None:
-        sink = HistorySink(agent, agent.loaded.config.history)
+        sink = HistorySink(agent.sink_context())
         sink.store = await trio.to_thread.run_sync(HistoryStore, path)
         agent.sinks["history"] = sink
         client = build_app(agent).test_client()

@@ -13,13 +13,14 @@ import trio.testing
 import nvdaemon.sinks
 from nvdaemon import engine
 from nvdaemon.app import Agent
+from nvdaemon.bus import EventBus
 from nvdaemon.config import parse_config
 from nvdaemon.model import Event, Phase
-from nvdaemon.sinks import Sink
+from nvdaemon.sinks import BusSubscriber, CommitTracker, ObservableDefaults
 from nvdaemon.supervise import Supervisor
 
 
-class Recorder(Sink):
+class Recorder(BusSubscriber, ObservableDefaults):
     def __init__(self, name: str, key: str, crash_first: int = 0) -> None:
         self.name = name
         self.key = key
@@ -80,8 +81,10 @@ async def test_events_published_during_backoff_are_kept(
         nursery.cancel_scope.cancel()
 
 
-class Durable(Recorder):
-    durable = True
+class Durable(Recorder, CommitTracker):
+    def attach(self, bus: EventBus) -> None:
+        super().attach(bus)
+        self.start_committed(bus.last_seq)
 
 
 @contextlib.asynccontextmanager
