@@ -123,7 +123,7 @@ def query_time(path: Path) -> dict[str, float]:
     async def main() -> None:
         sink = HistorySink(agent.sink_context())
         sink.store = await trio.to_thread.run_sync(HistoryStore, path)
-        agent.sinks["history"] = sink
+        agent.sinks["history"] = agent.history = sink
         client = build_app(agent).test_client()
         since = int(time.time()) - 90 * 86400  # the data ends now
         for _ in range(20):
