@@ -121,9 +121,9 @@ def query_time(path: Path) -> dict[str, float]:
     sizes: list[int] = []
 
     async def main() -> None:
-        sink = HistorySink(agent, agent.loaded.config.history)
+        sink = HistorySink(agent.sink_context())
         sink.store = await trio.to_thread.run_sync(HistoryStore, path)
-        agent.sinks["history"] = sink
+        agent.sinks["history"] = agent.history = sink
         client = build_app(agent, agent.loaded.config.server).test_client()
         since = int(time.time()) - 90 * 86400  # the data ends now
         for _ in range(20):

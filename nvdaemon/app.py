@@ -21,6 +21,7 @@ import time
 from collections.abc import Hashable
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
@@ -39,12 +40,14 @@ from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Event, new_event_id
 from nvdaemon.reloading import Rules, prepare_reload
 from nvdaemon.server.app import Listening, serve_http
-from nvdaemon.sinks import Sink, build_sinks
-from nvdaemon.sinks.stream import StreamHub
+from nvdaemon.sinks import Durable, Sink, SinkContext, build_sinks
 from nvdaemon.statefile import atomic_write, quarantine
 from nvdaemon.supervise import Supervisor, TaskState, describe
 from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
 from nvdaemon.view import AgentView, Surfaces
+
+if TYPE_CHECKING:
+    from nvdaemon.sinks.stream import StreamHub
 
 log = logging.getLogger(__name__)
 events_log = logging.getLogger("nvdaemon.events")
@@ -69,6 +72,8 @@ class Agent:
         self.gpu: GpuRuntime | None = None  # opened NVML (nvdaemon/gpu), when the gpu tier is configured and usable
         self.skipped_tiers: set[str] = set()  # configured but unusable on this node (gpu without NVML)
         self.sinks: dict[str, Sink] = {}
+        self.history: HistorySink | None = None  # the history sink, when running (set by sync_sinks)
+        self.stream: StreamHub | None = None  # the websocket hub, when running (set by sync_sinks)
         self.snapshot_version = 0
         self.heartbeats: dict[str, float] = {}  # trio clock of each tier's last completed tick
         self.event_counts: collections.Counter[EventKey] = collections.Counter()
@@ -137,16 +142,6 @@ class Agent:
         c = self.loaded.config
         return Surfaces(c.dcgm_compat.enabled, c.smartctl_compat.enabled, c.node_exporter.enabled)
 
-    @property
-    def history(self) -> HistorySink | None:
-        sink = self.sinks.get("history")
-        return sink if isinstance(sink, HistorySink) else None
-
-    @property
-    def stream(self) -> StreamHub | None:
-        sink = self.sinks.get("stream")
-        return sink if isinstance(sink, StreamHub) else None
-
     # ---- engine ---------------------------------------------------------------------------------------------
     @property
     def engine_path(self) -> Path:
@@ -180,10 +175,10 @@ class Agent:
         # wait, and a dump taken after the wait would record transitions the spool may not hold yet.
         data = engine.dump_state(self.engine)
         with trio.move_on_after(DURABLE_WAIT_SECONDS) as waited:
-            for sink in [s for s in self.sinks.values() if s.durable]:
+            for sink in [s for s in self.sinks.values() if isinstance(s, Durable)]:
                 await sink.wait_committed(target)
         if waited.cancelled_caught:
-            lagging = [s.name for s in self.sinks.values() if s.durable and s.committed_seq < target]
+            lagging = [s.name for s in self.sinks.values() if isinstance(s, Durable) and s.committed_seq < target]
             if not self._durable_warned:
                 log.warning("engine state not saved yet: events up to seq %d not yet spooled by %s", target, lagging)
             self._durable_warned = True
@@ -244,8 +239,8 @@ class Agent:
                 pods=self.gpu.pods_of_device if self.gpu is not None and snap.tier == "gpu" else None,
             )
         )
-        if isinstance(history := self.sinks.get("history"), HistorySink):
-            history.ingest(snap)  # in-memory accumulation; the history task writes the windows
+        if self.history is not None:
+            self.history.ingest(snap)  # in-memory accumulation; the history task writes the windows
 
     # ---- health ---------------------------------------------------------------------------------------------
     def health_problems(self) -> list[str]:
@@ -303,11 +298,47 @@ class Agent:
                 fingerprint=fingerprint,
             )
 
+    def sink_context(self) -> SinkContext:
+        """What the sinks are built from: the config in force now, and callbacks into the agent's live state."""
+        loaded = self.loaded
+        c = loaded.config
+        return SinkContext(
+            node=loaded.node,
+            state_dir=loaded.state_dir,
+            tiers=tuple(loaded.tiers),
+            interval_seconds=c.interval_seconds,
+            shutdown_grace_seconds=c.shutdown_grace_seconds,
+            proc_root=c.proc_root,
+            gpu_xid=c.gpu.xid,
+            stream=c.sinks.stream,
+            webhooks=tuple(c.sinks.webhook),
+            spool=c.spool,
+            nvsentinel=c.sinks.nvsentinel,
+            history=c.history,
+            note_change=self.note_change,
+            rules=lambda: self.loaded.config.rules,
+            active_conditions=lambda: list(self.engine.active.values()),
+            gpus_lost=lambda: self.gpu.lost_enters() if self.gpu is not None else [],
+            gpus_answering=lambda: self.gpu.answering() if self.gpu is not None else [],
+        )
+
+    def _sink_handles(self) -> None:
+        """The typed handles on the sinks other parts call into (snapshots to history, the websocket routes)."""
+        history = self.sinks.get("history")
+        self.history = history if isinstance(history, HistorySink) else None
+        self.stream = None
+        if "stream" in self.sinks:
+            from nvdaemon.sinks.stream import StreamHub  # loaded already: the hub was built from it
+
+            stream = self.sinks["stream"]
+            self.stream = stream if isinstance(stream, StreamHub) else None
+
     async def sync_sinks(self) -> None:
-        """Start sinks the config asks for; keep unchanged ones running; replace changed ones; stop removed ones."""
+        """Start sinks the config asks for; keep unchanged ones running; replace changed ones; stop removed ones.
+        The typed handles (``history``, ``stream``) follow ``sinks`` at each change, before any await."""
         sup = self.supervisor
         assert sup is not None
-        wanted = {sink.name: sink for sink in build_sinks(self)}
+        wanted = {sink.name: sink for sink in build_sinks(self.sink_context())}
         for name in [
             n for n in self.sinks if n not in wanted or wanted[n].fingerprint() != self.sinks[n].fingerprint()
         ]:
@@ -316,6 +347,7 @@ class Agent:
             if name in wanted:  # subscribed before the old one lets go: no event published meanwhile goes nowhere
                 wanted[name].attach(self.bus)
                 self.sinks[name] = wanted[name]
+            self._sink_handles()
             old.close()  # counts what the old one still held (the webhook: events not spooled)
             if name in wanted:
                 await sup.start(
@@ -326,6 +358,7 @@ class Agent:
                 continue  # an identical one is running, or its replacement was started above
             sink.attach(self.bus)
             self.sinks[name] = sink
+            self._sink_handles()
             await sup.start(name, sink.serve, critical=sink.critical, fingerprint=sink.fingerprint())
 
     async def reload(self) -> None:

@@ -1,4 +1,5 @@
-"""The sink extension point: subscription outlives task restarts; reload keeps identical sinks, replaces changed."""
+"""The sink extension point: subscription outlives task restarts; reload keeps identical sinks, replaces changed
+(fingerprints of what each sink was built from); the typed handles follow the sinks."""
 
 from __future__ import annotations
 
@@ -13,13 +14,16 @@ import trio.testing
 import nvdaemon.sinks
 from nvdaemon import engine
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.bus import EventBus
+from nvdaemon.config import LoadedConfig, parse_config
+from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Event, Phase
-from nvdaemon.sinks import Sink
+from nvdaemon.sinks import BusSubscriber, CommitTracker, ObservableDefaults, build_sinks
+from nvdaemon.sinks.stream import StreamHub
 from nvdaemon.supervise import Supervisor
 
 
-class Recorder(Sink):
+class Recorder(BusSubscriber, ObservableDefaults):
     def __init__(self, name: str, key: str, crash_first: int = 0) -> None:
         self.name = name
         self.key = key
@@ -80,8 +84,10 @@ async def test_events_published_during_backoff_are_kept(
         nursery.cancel_scope.cancel()
 
 
-class Durable(Recorder):
-    durable = True
+class Durable(Recorder, CommitTracker):
+    def attach(self, bus: EventBus) -> None:
+        super().attach(bus)
+        self.start_committed(bus.last_seq)
 
 
 @contextlib.asynccontextmanager
@@ -134,3 +140,56 @@ async def test_events_emitted_while_waiting_for_the_spool_are_not_saved_ahead_of
         sink.mark_committed(2)
         await agent.persist_engine()  # still dirty: the newer state is saved once the spool holds it
         assert engine.load_state(agent.engine_path.read_bytes()).seq == 2
+
+
+# ---- built from a SinkContext --------------------------------------------------------------------------------
+CONTEXT_CONFIG = """
+node: {node}
+stateDir: {state}
+history: {{enabled: true}}
+sinks:
+  webhook: [{{url: "http://127.0.0.1:9/hook"}}]
+  nvsentinel: {{enabled: true, socketPath: {state}/pc.sock, tokenPath: ""}}
+"""
+
+
+def loaded(tmp_path: Path, node: str, state: str) -> LoadedConfig:
+    text = CONTEXT_CONFIG.format(node=node, state=tmp_path / state)
+    return parse_config(text, "t.yaml", env={})
+
+
+@pytest.mark.parametrize(
+    ("node", "state", "changed"),
+    [
+        ("node-b", "a", {"nvsentinel", "history"}),
+        ("node-a", "b", {"nvsentinel", "history", "webhook:127.0.0.1:9"}),
+        ("node-a", "a", set()),
+    ],
+    ids=["node", "stateDir", "nothing"],
+)
+def test_a_fingerprint_is_what_the_sink_was_built_from(
+    tmp_path: Path, node: str, state: str, changed: set[str]
+) -> None:
+    """A running sink's fingerprint does not follow the agent: the reload compares it with one built from the new
+    config, and replaces exactly the sinks that use what changed."""
+    agent = Agent(loaded(tmp_path, "node-a", "a"))
+    running = {s.name: s for s in build_sinks(agent.sink_context())}
+    before = {name: s.fingerprint() for name, s in running.items()}
+    assert set(before) == {"stream", "history", "nvsentinel", "webhook:127.0.0.1:9"}
+    agent.loaded = loaded(tmp_path, node, state)  # what a reload applies before it syncs the sinks
+    assert {name: s.fingerprint() for name, s in running.items()} == before
+    rebuilt = {s.name: s.fingerprint() for s in build_sinks(agent.sink_context())}
+    assert {name for name in before if rebuilt[name] != before[name]} == changed
+
+
+async def test_typed_handles_follow_the_sinks(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    agent = Agent(parse_config(f"stateDir: {tmp_path}\nhistory: {{enabled: true}}\n", "t.yaml", env={}))
+    async with trio.open_nursery() as nursery:
+        agent.supervisor = Supervisor(nursery)
+        await agent.sync_sinks()
+        assert isinstance(agent.history, HistorySink) and agent.history is agent.sinks["history"]
+        assert isinstance(agent.stream, StreamHub) and agent.stream is agent.sinks["stream"]
+        agent.loaded = parse_config(f"stateDir: {tmp_path}\nsinks: {{stream: {{enabled: false}}}}\n", "t.yaml", env={})
+        await agent.sync_sinks()
+        assert agent.history is None and agent.stream is None and agent.sinks == {}
+        nursery.cancel_scope.cancel()

@@ -23,13 +23,12 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from nvdaemon.bus import EventBus
-from nvdaemon.config import HistoryConfig, LoadedConfig
 from nvdaemon.goconfig import HISTORY_FILE_IN_DATA_DIR
 from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist, window_end
-from nvdaemon.sinks import Sink
+from nvdaemon.sinks import ObservableDefaults, SinkContext
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.config import HistoryConfig
     from nvdaemon.history.store import HistoryStore, QueryResult
     from nvdaemon.tiers import TierSnapshot
 
@@ -44,14 +43,19 @@ class Unavailable(Exception):
     """The store is not open (the task is starting or restarting)."""
 
 
-class HistorySink(Sink):
+class HistorySink(ObservableDefaults):
+    """A ``Sink`` (no bus subscription, not durable) built from a ``SinkContext``: the history settings, the node
+    (queries for another node find nothing here), the database path and the shutdown grace are kept from it."""
+
     name = "history"
 
-    def __init__(self, agent: Agent, config: HistoryConfig, wall: Callable[[], float] = time.time) -> None:
-        self.agent = agent
-        self.config = config
+    def __init__(self, ctx: SinkContext, wall: Callable[[], float] = time.time) -> None:
+        self.config = config = ctx.history
+        self.node = ctx.node
+        self.grace = ctx.shutdown_grace_seconds
+        self._note_change = ctx.note_change
         self.wall = wall
-        self.path = history_path(agent.loaded)
+        self.path = history_path(config, ctx.state_dir)
         self.windows = Windows(config.interval_minutes * 60, allowlist(config.metrics))
         self.store: HistoryStore | None = None
         self.limiter = trio.CapacityLimiter(1)
@@ -64,14 +68,17 @@ class HistorySink(Sink):
         self.last_flush_at: float | None = None
         self.last_error: str | None = None
 
-    # ---- the Sink interface ---------------------------------------------------------------------------------
+    # ---- the sink protocols ---------------------------------------------------------------------------------
     def fingerprint(self) -> Hashable:
         c = self.config
-        return ("history", c.interval_minutes, c.retention_days, tuple(sorted(self.windows.allow)), self.path)
+        allow = tuple(sorted(self.windows.allow))
+        return ("history", c.interval_minutes, c.retention_days, allow, self.path, self.node, self.grace)
 
     def attach(self, bus: EventBus) -> None:
         """No bus subscription: history reads snapshots, not events (an unread channel would only count drops)."""
-        self.committed_seq = bus.last_seq
+
+    def close(self) -> None:
+        """Nothing to let go of: the store is closed by the task's own final flush."""
 
     def ingest(self, snap: TierSnapshot) -> None:
         self.windows.ingest(snap.samples, snap.collected_at)
@@ -105,7 +112,7 @@ class HistorySink(Sink):
                     log.info("history: windows written again after %d refused flush(es)", self.flushes_refused)
                     self.flushes_refused = 0
         finally:
-            grace = self.agent.loaded.config.shutdown_grace_seconds
+            grace = self.grace
             with trio.CancelScope(shield=True), trio.move_on_after(min(FINAL_FLUSH_SECONDS, grace / 2)):
                 try:
                     await self.flush(final=True)
@@ -138,20 +145,20 @@ class HistorySink(Sink):
         self.last_flush_at = now
         self.last_error = None
         if written:
-            self.agent.changes += 1
+            self._note_change()
         self._set_stats(stats)
         return written
 
     def _set_stats(self, stats: tuple[int, int]) -> None:
         if stats != (self.series, self.db_bytes):
             self.series, self.db_bytes = stats
-            self.agent.changes += 1
+            self._note_change()
 
     # ---- queries --------------------------------------------------------------------------------------------
     async def query(self, metric: str, q: Query, limit: int = MAX_POINTS) -> QueryResult:
         from nvdaemon.history.store import QueryResult
 
-        if q.node is not None and q.node != self.agent.node:
+        if q.node is not None and q.node != self.node:
             return QueryResult()  # one node per file: another node's series are not here
         return await self._call(lambda s: s.query(metric, q.device, q.since, q.step, limit))
 
@@ -219,12 +226,7 @@ class HistorySink(Sink):
         }
 
 
-def history_path(loaded: LoadedConfig) -> Path:
+def history_path(config: HistoryConfig, state_dir: Path) -> Path:
     """``history.dataDir`` (the Go agent's key) when set, else the state directory, holds the database."""
-    data_dir = loaded.config.history.data_dir
-    return Path(data_dir) / HISTORY_FILE_IN_DATA_DIR if data_dir else loaded.state_dir / "history.db"
-
-
-def build(agent: Agent) -> list[Sink]:
-    config = agent.loaded.config.history
-    return [HistorySink(agent, config)] if config.enabled else []
+    data_dir = config.data_dir
+    return Path(data_dir) / HISTORY_FILE_IN_DATA_DIR if data_dir else state_dir / "history.db"

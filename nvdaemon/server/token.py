@@ -1,7 +1,6 @@
-"""The bearer token of ``server.apiTokenFile``: one reader for the server (re-read on change, ``ApiToken``) and for
-the host checks of check-config, ``run`` and a reload (``nvdaemon/preflight.py``). Reads at most
-``MAX_TOKEN_BYTES`` of the file. NVSentinel's token has its own reader and rules
-(``nvdaemon/sinks/nvsentinel_wire.py``). Messages name the file, never the token."""
+"""The bearer token of ``server.apiTokenFile``, re-read on change (``ApiToken``). The file is read by
+``nvdaemon.token.read_token``, the one reader of the server, the host checks of check-config, ``run`` and a reload
+(``nvdaemon/preflight.py``) and NVSentinel's ``tokenPath``; it is re-exported here for its callers."""
 
 from __future__ import annotations
 
@@ -9,23 +8,13 @@ import logging
 import os
 import time
 
+from nvdaemon.token import MAX_TOKEN_BYTES, read_token
+
 log = logging.getLogger(__name__)
 
-MAX_TOKEN_BYTES = 8192  # a bearer token is well under 1 KiB, and a request head is at most 16 KiB
+__all__ = ["MAX_TOKEN_BYTES", "TOKEN_RECHECK_SECONDS", "ApiToken", "read_token"]
+
 TOKEN_RECHECK_SECONDS = 1.0  # re-read at least this often: a same-size rewrite can keep a coarse mtime
-
-
-def read_token(path: str) -> bytes:
-    """The token in the file at ``path``; surrounding whitespace (a trailing newline from ``echo > file``) is not
-    part of it. OSError when unreadable; ValueError when empty or larger than ``MAX_TOKEN_BYTES``."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_TOKEN_BYTES + 1)
-    if len(data) > MAX_TOKEN_BYTES:
-        raise ValueError(f"the token file {path} is larger than {MAX_TOKEN_BYTES} bytes")
-    token = data.strip()
-    if not token:
-        raise ValueError(f"the token file {path} is empty")
-    return token
 
 
 class ApiToken:

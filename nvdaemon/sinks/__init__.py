@@ -1,21 +1,35 @@
-"""Sinks: consumers of the event bus (webhook senders, NVSentinel, the websocket hub), each supervised as a task.
+"""Sinks: consumers of the agent's events (webhook senders, NVSentinel, the websocket hub) and the history writer,
+each supervised as a task.
 
-A sink's bus subscription is made when the agent adopts it (``attach``), not when its task starts: the channel
-outlives a crash of the task, so events published while the task waits out its restart backoff are still there when
-it comes back. Builders only construct; a built sink identical to a running one is discarded without attaching.
+A sink is built from a ``SinkContext``: the config slices, node, stateDir and tiers it is built from, and callbacks
+for what changes while it runs (the engine's active conditions, the rules in force, the GPUs lost or answering, and
+``note_change`` to tell the metrics cache that something /metrics shows changed). It keeps what it uses at
+construction, and its ``fingerprint`` is made of those values only, so a reload that changes any of them builds a
+sink whose fingerprint differs from the running one's, which is then replaced.
 
-To add a sink kind, write a module with a ``Sink`` subclass and a builder ``(agent) -> list[Sink]`` that reads the
-config, and list the builder in ``BUILDERS``. The agent starts every built sink before the tier loops (so no event is
-published before its subscribers exist), restarts a sink whose ``fingerprint`` changed on reload, and includes each
-sink's ``metrics()`` in /metrics and ``state()`` in /v1/status under ``sinks``; ``degraded()`` shows as the sink task's
-``lastError`` there, ``state_writable()`` as ``nodevitals_sink_state_writable{sink}``.
+What a sink is, in small protocols (``nvdaemon/app.py`` holds them as ``Sink``):
+- ``EventConsumer``: a bus subscription (``name``, ``capacity``, ``attach``, ``events``, ``serve``, ``close``). The
+  subscription is made when the agent adopts the sink (``attach``), not when its task starts: the channel outlives a
+  crash of the task, so events published while the task waits out its restart backoff are still there when it comes
+  back. ``BusSubscriber`` implements it.
+- ``Durable``: ``committed_seq``, ``wait_committed``, ``mark_committed``: the engine's state is saved only up to the
+  events every durable sink has made safe from a crash (``CommitTracker`` implements it).
+- ``Observable``: ``metrics()`` in /metrics, ``state()`` in /v1/status under ``sinks``, ``dropped_counts()``,
+  ``degraded()`` (shown as the sink task's ``lastError``), ``state_writable()`` (``nodevitals_sink_state_writable``);
+  ``ObservableDefaults`` gives the empty answers.
+
+To add a sink kind, write a module with a class that has these members and a builder ``(SinkContext) -> list[Sink]``,
+and list the builder in ``BUILDERS``. Builders only construct; a built sink identical to a running one is discarded
+without attaching. The agent starts every built sink before the tier loops (so no event is published before its
+subscribers exist) and restarts a sink whose ``fingerprint`` changed on reload.
 """
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import trio
 from prometheus_client.core import Metric
@@ -23,40 +37,152 @@ from prometheus_client.core import Metric
 from nvdaemon.bus import EventBus
 from nvdaemon.model import Event
 
-if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+if TYPE_CHECKING:  # config imports validators from this package: types only, no cycle at import time
+    from nvdaemon.config import HistoryConfig, NvsentinelSink, Rule, SpoolConfig, StreamSink, WebhookSink
+    from nvdaemon.engine import ActiveCondition
 
 
-class Sink(abc.ABC):
-    name: str  # unique task name and bus subscriber name, e.g. "webhook:backend.example"
-    critical: bool = False  # a sink failing repeatedly makes /healthz fail only if critical
-    capacity: int = 1024  # bus channel size: events beyond it while the sink lags are dropped and counted
-    durable: bool = False  # the engine's state is saved only after this sink has made its events durable
-    # A durable sink: the highest event seq up to which every event it was given is on disk, or dropped and counted.
-    # Never past an event it still holds only in memory (e.g. while its stateDir refuses writes).
-    committed_seq: int = 0
-    events: trio.MemoryReceiveChannel[Event]
-    _bus: EventBus | None = None
-    _committed: trio.Event | None = None
+@dataclass(frozen=True)
+class SinkContext:
+    """What sinks are built from (``Agent.sink_context``). Values are the config in force when it was made; the
+    callables read what changes while the sinks run, and return values, never the objects that hold them."""
 
-    @abc.abstractmethod
+    node: str
+    state_dir: Path
+    tiers: tuple[str, ...]  # configured tiers
+    interval_seconds: float  # the core tiers' interval: NVSentinel's reconcile tick
+    shutdown_grace_seconds: float
+    proc_root: str
+    gpu_xid: bool  # gpu.xid: the XID check is reported when the gpu tier is configured too
+    stream: StreamSink
+    webhooks: tuple[WebhookSink, ...]
+    spool: SpoolConfig
+    nvsentinel: NvsentinelSink
+    history: HistoryConfig
+    note_change: Callable[[], None]  # something /metrics shows changed besides snapshots and events
+    rules: Callable[[], Sequence[Rule]]  # the rules in force (a reload changes them without rebuilding sinks)
+    active_conditions: Callable[[], Iterable[ActiveCondition]]  # the engine's active conditions now
+    gpus_lost: Callable[[], list[Event]]  # the gpu_lost ENTER of every GPU lost now; [] without a GPU runtime
+    gpus_answering: Callable[[], list[tuple[str, str, str]]]  # (device, uuid, PCI address) answering NVML now
+
+
+# ---- the protocols --------------------------------------------------------------------------------------------
+class Observable(Protocol):
+    def metrics(self) -> Iterable[Metric]: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def dropped_counts(self) -> dict[str, int]:
+        """Events this sink gave up on since start, by reason (each also logged with its event ids)."""
+        ...
+
+    def degraded(self) -> str | None:
+        """Why the sink runs but cannot do all of its job (e.g. its stateDir refuses writes), else None."""
+        ...
+
+    def state_writable(self) -> bool | None:
+        """Whether the sink's last write to stateDir succeeded; None for a sink that keeps nothing there."""
+        ...
+
+
+class Sink(Observable, Protocol):
+    """What the agent supervises, replaces on reload and shows in /metrics and /v1/status."""
+
+    name: str  # unique task name (and bus subscriber name), e.g. "webhook:backend.example"
+    critical: bool  # a sink failing repeatedly makes /healthz fail only if critical
+
     def fingerprint(self) -> Hashable:
-        """Everything in the config this sink depends on; a change restarts it on reload."""
-
-    @abc.abstractmethod
-    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Consume events until cancelled; flush what must not be lost in a shielded, deadline-bound finally."""
+        """The values this sink was built from; a reload that changes one replaces it."""
+        ...
 
     def attach(self, bus: EventBus) -> None:
-        """Subscribe to the bus; called once, when the agent adopts this sink."""
+        """Called once, when the agent adopts this sink (before its task starts)."""
+        ...
+
+    async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled; flush what must not be lost in a shielded, deadline-bound finally."""
+        ...
+
+    def close(self) -> None:
+        """Called when the sink is replaced or removed, or the agent stops (after its task has stopped)."""
+        ...
+
+
+class EventConsumer(Sink, Protocol):
+    capacity: int  # bus channel size: events beyond it while the sink lags are dropped and counted
+    events: trio.MemoryReceiveChannel[Event]
+
+
+@runtime_checkable
+class Durable(Protocol):
+    """A sink that makes events safe from a crash: the engine's state is saved only once each of these holds the
+    events that led there (``Agent.persist_engine``)."""
+
+    # The highest event seq up to which every event it was given is on disk, or dropped and counted. Never past an
+    # event it still holds only in memory (e.g. while its stateDir refuses writes).
+    committed_seq: int
+
+    def mark_committed(self, seq: int) -> None: ...
+
+    async def wait_committed(self, seq: int) -> None: ...
+
+
+# ---- shared implementations -----------------------------------------------------------------------------------
+class ObservableDefaults:
+    """The answers of a sink with nothing to say: no metrics, no state, nothing dropped, never degraded."""
+
+    critical: bool = False
+
+    def metrics(self) -> Iterable[Metric]:
+        return ()
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def dropped_counts(self) -> dict[str, int]:
+        return {}
+
+    def degraded(self) -> str | None:
+        return None
+
+    def state_writable(self) -> bool | None:
+        return None
+
+
+class BusSubscriber:
+    """``EventConsumer``'s subscription: ``attach`` subscribes under ``name``, ``close`` lets go of it."""
+
+    name: str
+    capacity: int = 1024
+    events: trio.MemoryReceiveChannel[Event]
+    _bus: EventBus | None = None
+
+    def attach(self, bus: EventBus) -> None:
         self._bus = bus
         self.events = bus.subscribe(self.name, self.capacity)
-        # Events published before this sink existed are not its to make durable.
-        self.committed_seq = bus.last_seq
+
+    def close(self) -> None:
+        """Unsubscribe. A replacement subscribed under the same name first keeps its subscription."""
+        bus, self._bus = self._bus, None
+        if bus is not None:
+            sub = bus.subscriptions.get(self.name)
+            if sub is not None and sub.receive is self.events:
+                bus.unsubscribe(self.name)
+
+
+class CommitTracker:
+    """``Durable``'s bookkeeping. ``start_committed`` is called on attach: events published before the sink existed
+    are not its to make durable."""
+
+    committed_seq: int = 0
+    _committed: trio.Event | None = None
+
+    def start_committed(self, seq: int) -> None:
+        self.committed_seq = seq
         self._committed = trio.Event()
 
     def mark_committed(self, seq: int) -> None:
-        """A durable sink calls this once events up to ``seq`` are safe from a crash (e.g. committed to disk)."""
+        """Events up to ``seq`` are safe from a crash (e.g. committed to disk)."""
         if seq > self.committed_seq:
             self.committed_seq = seq
             if self._committed is not None:
@@ -69,70 +195,45 @@ class Sink(abc.ABC):
                 self._committed = trio.Event()
             await self._committed.wait()
 
-    def close(self) -> None:
-        """Unsubscribe; called when the sink is replaced or removed, or the agent stops (after its task has stopped).
-        A replacement subscribed under the same name first keeps its subscription."""
-        bus, self._bus = self._bus, None
-        if bus is not None:
-            sub = bus.subscriptions.get(self.name)
-            if sub is not None and sub.receive is self.events:
-                bus.unsubscribe(self.name)
 
-    def metrics(self) -> Iterable[Metric]:
-        return ()
-
-    def state(self) -> dict[str, Any]:
-        return {}
-
-    def dropped_counts(self) -> dict[str, int]:
-        """Events this sink gave up on since start, by reason (each also logged with its event ids)."""
-        return {}
-
-    def degraded(self) -> str | None:
-        """Why the sink runs but cannot do all of its job (e.g. its stateDir refuses writes), else None. Shown as its
-        task's ``lastError`` in the status document."""
-        return None
-
-    def state_writable(self) -> bool | None:
-        """Whether the sink's last write to stateDir succeeded; None for a sink that keeps nothing there."""
-        return None
+# ---- builders -------------------------------------------------------------------------------------------------
+Builder = Callable[[SinkContext], list[Sink]]
 
 
-Builder = Callable[["Agent"], list[Sink]]
+def _stream(ctx: SinkContext) -> list[Sink]:
+    if not ctx.stream.enabled:
+        return []
+    from nvdaemon.sinks.stream import StreamHub  # imported late: the sink modules import this one
+
+    return [StreamHub(ctx)]
 
 
-def _stream(agent: Agent) -> list[Sink]:
-    from nvdaemon.sinks.stream import build  # imported late: the sink modules import this one
-
-    return build(agent)
-
-
-def _webhook(agent: Agent) -> list[Sink]:
-    if not agent.loaded.config.sinks.webhook:
+def _webhook(ctx: SinkContext) -> list[Sink]:
+    if not ctx.webhooks:
         return []  # keep httpx and sqlite out of an agent that has no webhook (memory on every node)
     from nvdaemon.sinks.webhook import build
 
-    return build(agent)
+    return build(ctx)
 
 
-def _nvsentinel(agent: Agent) -> list[Sink]:
-    if not agent.loaded.config.sinks.nvsentinel.enabled:
+def _nvsentinel(ctx: SinkContext) -> list[Sink]:
+    if not ctx.nvsentinel.enabled:
         return []  # keep grpc (about 10 MiB resident) out of agents that do not talk to NVSentinel
-    from nvdaemon.sinks.nvsentinel import build
+    from nvdaemon.sinks.nvsentinel import NvsentinelHealthSink
 
-    return build(agent)
+    return [NvsentinelHealthSink(ctx)]
 
 
-def _history(agent: Agent) -> list[Sink]:
-    if not agent.loaded.config.history.enabled:
+def _history(ctx: SinkContext) -> list[Sink]:
+    if not ctx.history.enabled:
         return []  # keep sqlite out of agents that keep no history
-    from nvdaemon.history.service import build
+    from nvdaemon.history.service import HistorySink
 
-    return build(agent)
+    return [HistorySink(ctx)]
 
 
 BUILDERS: tuple[Builder, ...] = (_stream, _webhook, _nvsentinel, _history)
 
 
-def build_sinks(agent: Agent) -> list[Sink]:
-    return [sink for builder in BUILDERS for sink in builder(agent)]
+def build_sinks(ctx: SinkContext) -> list[Sink]:
+    return [sink for builder in BUILDERS for sink in builder(ctx)]

@@ -5,7 +5,7 @@ platform-connector (``nvsentinel_wire``) and saves what was acknowledged (``nvse
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,66 +13,90 @@ import msgspec
 import trio
 from prometheus_client.core import Metric
 
-from nvdaemon.sinks import Sink
+from nvdaemon.engine import rule_key
+from nvdaemon.sinks import BusSubscriber, ObservableDefaults, SinkContext
 from nvdaemon.sinks.nvsentinel_map import CheckSpec, Health, Key
 from nvdaemon.sinks.nvsentinel_reconciler import Reconciler
 from nvdaemon.sinks.nvsentinel_state import BOOT_ID, STATE_FILE, lost_record, xid_record
-from nvdaemon.sinks.nvsentinel_wire import GrpcPublisher, classify, read_token, to_proto
+from nvdaemon.sinks.nvsentinel_wire import GrpcPublisher, bearer_token, classify, to_proto
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.config import Rule
 
 
-class NvsentinelHealthSink(Sink):
+class NvsentinelHealthSink(BusSubscriber, ObservableDefaults):
+    """Built from a ``SinkContext``: the node, stateDir, procRoot (boot id), tick interval and which checks exist
+    (tiers, ``gpu.xid``) are kept from it, so a reload that changes one of them replaces the sink (new reconciler,
+    new state file, new node name); the rules in force, the active conditions and the GPUs are read through its
+    callbacks on every reconcile."""
+
     name = "nvsentinel"
     capacity = 4096
 
-    def __init__(self, agent: Agent, reconciler: Reconciler | None = None) -> None:
-        self.agent = agent
-        loaded = agent.loaded
-        self.settings = loaded.config.sinks.nvsentinel
+    def __init__(self, ctx: SinkContext, reconciler: Reconciler | None = None) -> None:
+        self.settings = ctx.nvsentinel
+        self.node = ctx.node
+        self.state_dir = ctx.state_dir
+        self.proc_root = ctx.proc_root
+        self.interval = ctx.interval_seconds
+        self.gpu_enabled = "gpu" in ctx.tiers
+        self.xid_enabled = self.gpu_enabled and ctx.gpu_xid
+        self._note_change = ctx.note_change
+        self._rules = ctx.rules
+        self._active = ctx.active_conditions
+        self._gpus_lost = ctx.gpus_lost
+        self._gpus_answering = ctx.gpus_answering
         self.reconciler = reconciler or Reconciler(
             self.settings,
-            node=agent.node,
-            state_path=loaded.state_dir / STATE_FILE,
-            boot_id_path=Path(loaded.config.proc_root) / BOOT_ID,
+            node=self.node,
+            state_path=self.state_dir / STATE_FILE,
+            boot_id_path=Path(self.proc_root) / BOOT_ID,
         )
         self._seen_version = 0
+        self._keyed: tuple[Sequence[Rule], dict[str, Rule]] | None = None
 
     def fingerprint(self) -> Hashable:
-        c = self.agent.loaded.config
-        return (msgspec.json.encode(self.settings), self.agent.node, str(self.agent.loaded.state_dir), c.proc_root)
+        return (
+            msgspec.json.encode(self.settings),
+            self.node,
+            str(self.state_dir),
+            self.proc_root,
+            self.interval,
+            self.gpu_enabled,
+            self.xid_enabled,
+        )
+
+    def _keyed_rules(self, rules: Sequence[Rule]) -> dict[str, Rule]:
+        """The rules by the key their conditions carry, computed again only when the rules in force change."""
+        if self._keyed is None or self._keyed[0] is not rules:
+            self._keyed = (rules, {rule_key(r): r for r in rules})
+        return self._keyed[1]
 
     def _inputs(self) -> tuple[dict[Key, Health], list[CheckSpec]]:
-        agent = self.agent
-        rules = {cr.key: cr.rule for crs in agent.rules.values() for cr in crs}
-        gpu_enabled = "gpu" in agent.loaded.tiers
-        xid_enabled = gpu_enabled and agent.loaded.config.gpu.xid
+        rules = self._rules()
         rec = self.reconciler
-        if agent.gpu is not None:
-            # A GPU lost before this sink subscribed (enabled or replaced by a reload: its ENTER went to no one, or to
-            # the sink that was stopped) is reported all the same; noting a known one again changes nothing.
-            for ev in agent.gpu.lost_enters():
-                rec.note_event(ev)
-            # A GPU lost before a restart of the agent clears once it answers in this one.
-            rec.gpus_answering(agent.gpu.answering())
-        desired = rec.desired(agent.engine.active.values(), rules)
-        return desired, rec.checks(agent.loaded.config.rules, xid_enabled, gpu_enabled)
+        # A GPU lost before this sink subscribed (enabled or replaced by a reload: its ENTER went to no one, or to
+        # the sink that was stopped) is reported all the same; noting a known one again changes nothing.
+        for ev in self._gpus_lost():
+            rec.note_event(ev)
+        # A GPU lost before a restart of the agent clears once it answers in this one.
+        rec.gpus_answering(self._gpus_answering())
+        desired = rec.desired(self._active(), self._keyed_rules(rules))
+        return desired, rec.checks(rules, self.xid_enabled, self.gpu_enabled)
 
     async def tick(self) -> None:
         desired, checks = self._inputs()
         await self.reconciler.reconcile(desired, checks)
         if self.reconciler.version != self._seen_version:
             self._seen_version = self.reconciler.version
-            self.agent.changes += 1
+            self._note_change()
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await trio.to_thread.run_sync(self.reconciler.load)
         task_status.started()
-        interval = self.agent.loaded.config.interval_seconds
         while True:
             await self.tick()
-            with trio.move_on_after(interval):
+            with trio.move_on_after(self.interval):
                 self.reconciler.note_event(await self.events.receive())
                 while True:  # take everything already queued, then reconcile once
                     try:
@@ -94,22 +118,15 @@ class NvsentinelHealthSink(Sink):
         return self.reconciler.state_error is None
 
 
-def build(agent: Agent) -> list[Sink]:
-    if not agent.loaded.config.sinks.nvsentinel.enabled:
-        return []
-    return [NvsentinelHealthSink(agent)]
-
-
 __all__ = [
     "BOOT_ID",
     "STATE_FILE",
     "GrpcPublisher",
     "NvsentinelHealthSink",
     "Reconciler",
-    "build",
+    "bearer_token",
     "classify",
     "lost_record",
-    "read_token",
     "to_proto",
     "xid_record",
 ]

@@ -6,9 +6,11 @@ failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` decides w
   classified.
 - Retryable (``classify``): UNAVAILABLE, DEADLINE_EXCEEDED, connection reset and broken pipe; any other answer is a
   rejection. Each call has ``callTimeoutSeconds``.
-- The token file is read on every call and sent as ``authorization: Bearer <token>`` exactly as read; an empty
-  ``tokenPath`` sends no header; an unreadable or empty token file (or one holding bytes a header cannot carry) is a
-  ``TokenError`` that blocks the send. The token is never in an error message.
+- The token file is read on every call (``nvdaemon.token.read_token``, the server's reader too: surrounding
+  whitespace such as a trailing newline is not part of the token, at most 8 KiB) and sent as
+  ``authorization: Bearer <token>``; an empty ``tokenPath`` sends no header; an unreadable, empty or oversized token
+  file (or one holding bytes a header cannot carry) is a ``TokenError`` that blocks the send. The token is never in
+  an error message.
 
 The gRPC stub is synchronous (grpc.aio does not run under trio); the reconciler calls ``send`` in a worker thread. A
 new channel per call, so a restarted platform-connector is reached at once instead of after grpc's reconnect backoff
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Protocol
 
 import grpc
@@ -28,6 +29,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.sinks.nvsentinel_map import PROCESSING_STRATEGIES, RECOMMENDED_ACTIONS, HealthEventSpec
+from nvdaemon.token import read_token
 
 METHOD = "/datamodels.PlatformConnector/HealthEventOccurredV1"
 RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -76,22 +78,23 @@ def to_proto(spec: HealthEventSpec, *, now: float, event_id: str) -> pb.HealthEv
     return pb.HealthEvents(version=1, events=[event])
 
 
-def read_token(path: str) -> str | None:
-    """The bearer token exactly as the file holds it; None when no token is configured."""
+def bearer_token(path: str) -> str | None:
+    """The token for the ``authorization`` header, read by the agent's one token reader (``nvdaemon.token``: the
+    whitespace around it is not part of it); None when no token is configured (an empty ``tokenPath``)."""
     if not path:
         return None
     try:
-        data = Path(path).read_bytes()
+        data = read_token(path)
     except OSError as exc:
         raise TokenError(f"token file {path} is unreadable: {exc.strerror or type(exc).__name__}") from None
-    if not data:
-        raise TokenError(f"token file {path} is empty")
+    except ValueError as exc:
+        raise TokenError(str(exc)) from None  # names the file and the limit, never the token
     try:
         token = data.decode("ascii")
     except UnicodeDecodeError:
         raise TokenError(f"token file {path} holds bytes that cannot go in a header") from None
     if not _HEADER_VALUE.fullmatch(token):
-        raise TokenError(f"token file {path} holds characters that cannot go in a header (a trailing newline?)")
+        raise TokenError(f"token file {path} holds characters that cannot go in a header")
     return token
 
 
@@ -138,7 +141,7 @@ class GrpcPublisher:
     def send(self, request: pb.HealthEvents) -> None:
         if not self.present():
             raise SocketMissing(self.socket_path)
-        token = read_token(self.token_path)
+        token = bearer_token(self.token_path)
         metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
         with grpc.insecure_channel(f"unix:{self.socket_path}") as channel:
             call = channel.unary_unary(

@@ -23,20 +23,16 @@ import fnmatch
 import logging
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from nvdaemon.config import StreamSink
 from nvdaemon.model import Event, Severity
 from nvdaemon.server.responses import parse_count
-from nvdaemon.sinks import Sink
+from nvdaemon.sinks import BusSubscriber, ObservableDefaults, SinkContext
 from nvdaemon.sinks.cloudevent import encode
-
-if TYPE_CHECKING:
-    from nvdaemon.app import Agent
 
 log = logging.getLogger(__name__)
 
@@ -160,13 +156,13 @@ class Refused(Exception):
     """The hub cannot take another client now (at ``maxClients``, or not running); the route answers 503."""
 
 
-class StreamHub(Sink):
+class StreamHub(BusSubscriber, ObservableDefaults):
     name = "stream"
     capacity = 4096  # bus backlog while the hub catches up; fan-out itself never waits
 
-    def __init__(self, agent: Agent, config: StreamSink) -> None:
-        self.agent = agent
-        self.config = config
+    def __init__(self, ctx: SinkContext) -> None:
+        self.config = config = ctx.stream
+        self._note_metrics = ctx.note_change
         self.buffer: collections.deque[tuple[Event, str]] = collections.deque(maxlen=config.buffer_size)
         self.clients: set[Client] = set()
         self.disconnects: collections.Counter[str] = collections.Counter()
@@ -175,7 +171,7 @@ class StreamHub(Sink):
         self.running = False
         self._metrics_key: tuple[int, int, int] = (0, 0, 0)
 
-    # ---- the Sink interface ---------------------------------------------------------------------------------
+    # ---- the sink protocols ---------------------------------------------------------------------------------
     def fingerprint(self) -> Hashable:
         c = self.config
         return ("stream", c.buffer_size, c.max_clients, c.client_queue)
@@ -250,7 +246,7 @@ class StreamHub(Sink):
         key = (len(self.clients), sum(self.disconnects.values()), self.messages)
         if key != self._metrics_key:
             self._metrics_key = key
-            self.agent.changes += 1
+            self._note_metrics()
 
     # ---- clients --------------------------------------------------------------------------------------------
     def snapshot(self, filters: Filters, cursor: Cursor) -> Replay:
@@ -299,8 +295,3 @@ class StreamHub(Sink):
             self._drop(client, code, reason, "shutdown")
         for client in clients:
             await client.done.wait()
-
-
-def build(agent: Agent) -> list[Sink]:
-    config = agent.loaded.config.sinks.stream
-    return [StreamHub(agent, config)] if config.enabled else []

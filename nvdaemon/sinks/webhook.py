@@ -34,7 +34,7 @@ import random
 import time
 from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
 import msgspec
@@ -44,14 +44,11 @@ from prometheus_client.core import Metric
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.model import Event
-from nvdaemon.sinks import Sink, cloudevent, signing, webhook_url
+from nvdaemon.sinks import BusSubscriber, CommitTracker, Sink, SinkContext, cloudevent, signing, webhook_url
 from nvdaemon.sinks.spool import Row, SpoolDB
 from nvdaemon.sinks.spool_io import Spool, SpoolCorrupt, SpoolUnwritable
 from nvdaemon.sinks.spool_writer import BUFFER_EVENTS, RETRY_MAX_SECONDS, SpoolWriter, StorageHealth
 from nvdaemon.sinks.webhook_metrics import Histogram, Ledger, endpoint_metrics
-
-if TYPE_CHECKING:
-    from nvdaemon.app import Agent
 
 log = logging.getLogger(__name__)
 # httpx logs every request with its full URL at INFO; a URL may carry credentials.
@@ -88,9 +85,12 @@ def retry_after(value: str | None, now: float) -> float | None:
     return min(max(0.0, when - now), RETRY_AFTER_CAP)
 
 
-class WebhookEndpoint(Sink):
+class WebhookEndpoint(BusSubscriber, CommitTracker):
+    """An ``EventConsumer``, ``Durable`` (the agent saves engine state only after this sink has spooled the events)
+    and ``Observable`` sink."""
+
     capacity = CAPACITY
-    durable = True  # the agent saves engine state only after this sink has spooled the events
+    critical = False
 
     def __init__(
         self,
@@ -173,6 +173,7 @@ class WebhookEndpoint(Sink):
 
     def attach(self, bus: EventBus) -> None:
         super().attach(bus)
+        self.start_committed(bus.last_seq)
         self.writer.taken_seq = self.committed_seq
 
     def close(self) -> None:
@@ -453,19 +454,11 @@ class WebhookEndpoint(Sink):
         return "rejected", error, None
 
 
-def _bump(agent: Agent) -> Callable[[], None]:
-    def bump() -> None:
-        agent.changes += 1
-
-    return bump
-
-
-def build(agent: Agent) -> list[Sink]:
-    cfg = agent.loaded.config
-    hooks = cfg.sinks.webhook
+def build(ctx: SinkContext) -> list[Sink]:
+    hooks = ctx.webhooks
     names = webhook_url.endpoint_names([h.url for h in hooks])
     return [
-        WebhookEndpoint(name, hook, cfg.spool, agent.loaded.state_dir, on_change=_bump(agent))
+        WebhookEndpoint(name, hook, ctx.spool, ctx.state_dir, on_change=ctx.note_change)
         for name, hook in zip(names, hooks, strict=True)
     ]
 

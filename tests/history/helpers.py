@@ -34,7 +34,7 @@ def make_agent(tmp_path: Path, history: str = "{enabled: true}", extra: str = ""
 
 
 def make_sink(agent: Agent, wall: Wall) -> HistorySink:
-    return HistorySink(agent, agent.loaded.config.history, wall=wall)
+    return HistorySink(agent.sink_context(), wall=wall)
 
 
 @asynccontextmanager

@@ -250,7 +250,7 @@ async def test_token_guard_applies(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("history-token\n")
     agent = make_agent(tmp_path, extra=f"server: {{apiTokenFile: {token}}}\n")
-    agent.sinks["history"] = HistorySink(agent, agent.loaded.config.history)  # built, its task not started
+    agent.sinks["history"] = agent.history = HistorySink(agent.sink_context())  # built, its task not started
     client = build_app(agent, agent.loaded.config.server).test_client()
     assert (await client.get("/v1/history/gpu_power_watts")).status_code == 401
     resp = await client.get("/v1/history/gpu_power_watts", headers={"Authorization": "Bearer history-token"})
@@ -267,7 +267,7 @@ async def test_disabled_is_404_in_gos_words(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def garbage_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     agent = make_agent(tmp_path_factory.mktemp("garbage"))
-    sink = agent.sinks["history"] = HistorySink(agent, agent.loaded.config.history)
+    sink = agent.sinks["history"] = agent.history = HistorySink(agent.sink_context())
     sink.store = HistoryStore(sink.path)
     sink.store.write([((("gpu_power_watts", "gpu0", ()), NOW), Acc(1, 1.0, 1.0, 1.0))])
     yield agent

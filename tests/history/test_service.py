@@ -29,7 +29,7 @@ async def points(sink: HistorySink, metric: str = "gpu_temperature_celsius") -> 
 async def test_loop_writes_each_window_after_it_ends(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     agent = make_agent(tmp_path)
     base = T0 - trio.current_time()
-    sink = HistorySink(agent, agent.loaded.config.history, wall=lambda: base + trio.current_time())
+    sink = HistorySink(agent.sink_context(), wall=lambda: base + trio.current_time())
     async with serving(sink):
         sink.ingest(temps("gpu0", (40.0, T0 + 1), (60.0, T0 + 100)))
         sink.ingest(temps("gpu0", (10.0, T0 + 301)))
@@ -188,7 +188,7 @@ async def test_a_full_state_dir_keeps_the_windows_for_the_next_flush_not_a_task_
 ) -> None:
     agent = make_agent(tmp_path)
     base = T0 - trio.current_time()
-    sink = HistorySink(agent, agent.loaded.config.history, wall=lambda: base + trio.current_time())
+    sink = HistorySink(agent.sink_context(), wall=lambda: base + trio.current_time())
     write = HistoryStore.write
 
     def full(*args: object, **kwargs: object) -> int:

@@ -444,7 +444,7 @@ def test_history_keys(
     loaded = parse(f"stateDir: {tmp_path}\nhistory: {history}\n")
     h = loaded.config.history
     assert (h.enabled, h.retention_days, h.interval_minutes) == (enabled, retention, minutes)
-    sink = HistorySink(Agent(loaded), h)
+    sink = HistorySink(Agent(loaded).sink_context())
     assert sink.windows.allow == frozenset(metrics)
     assert sink.windows.interval == minutes * 60
     assert len(notes_about(loaded, "history.retentionDays")) == (1 if "retentionDays: 0" in history else 0)
@@ -452,7 +452,7 @@ def test_history_keys(
 
 def test_history_lives_in_the_state_dir_without_data_dir(tmp_path: Path) -> None:
     loaded = parse(f"stateDir: {tmp_path}\nhistory: {{enabled: true}}\n")
-    assert history_path(loaded) == tmp_path / "history.db"
+    assert history_path(loaded.config.history, loaded.state_dir) == tmp_path / "history.db"
     assert len(notes_about(loaded, "history.dataDir")) == 1
 
 

@@ -3,7 +3,8 @@
 It enforces what the real one enforces and keeps the node's conditions and Events the way it would write them to
 Kubernetes (DESIGN §8), so tests assert on what an operator would see with ``kubectl get node -o jsonpath=...``:
 
-- ``authorization: Bearer <token>`` checked against the *current* content of the token file (UNAUTHENTICATED);
+- ``authorization: Bearer <token>`` checked against the *current* token in the token file, the whitespace around
+  it left out (UNAUTHENTICATED);
 - a ``nodeName`` other than its own: PERMISSION_DENIED; CUSTOM without ``customRecommendedAction``:
   INVALID_ARGUMENT; processingStrategy UNSPECIFIED is stored as EXECUTE_REMEDIATION;
 - fatal unhealthy events and healthy events become the node condition ``Type = checkName`` (Status True, Reason
@@ -131,7 +132,7 @@ class FakeConnector:
 
     def _check(self, request: pb.HealthEvents, metadata: dict[str, str]) -> grpc.StatusCode | None:
         if self.token_file is not None:
-            expected = "Bearer " + self.token_file.read_text()
+            expected = "Bearer " + self.token_file.read_text().strip()  # a token holds no whitespace
             if metadata.get("authorization") != expected:
                 return grpc.StatusCode.UNAUTHENTICATED
         for ev in request.events:

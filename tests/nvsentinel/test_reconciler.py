@@ -303,7 +303,11 @@ async def test_empty_token_path_sends_no_header(connector: FakeConnector, make_r
     assert call.code == "OK" and "authorization" not in call.metadata
 
 
-@pytest.mark.parametrize("content", [None, b"", TOKEN.encode() + b"\n"], ids=["missing", "empty", "newline"])
+@pytest.mark.parametrize(
+    "content",
+    [None, b"", b" \n", b"x" * 8193, "tök".encode()],
+    ids=["missing", "empty", "blank", "oversized", "non-ascii"],
+)
 async def test_unusable_token_file_blocks_the_send(
     connector: FakeConnector, make_reconciler: MakeReconciler, token_file: Path, content: bytes | None
 ) -> None:
@@ -320,6 +324,22 @@ async def test_unusable_token_file_blocks_the_send(
     assert rec.errors == {"TOKEN_ERROR": 1} and rec.reported == {} and rec.pending == 1
     assert rec.last_error is not None and str(token_file) in rec.last_error
     assert TOKEN not in rec.last_error
+
+
+async def test_whitespace_around_the_token_is_not_part_of_it(
+    connector: FakeConnector, make_reconciler: MakeReconciler, token_file: Path
+) -> None:
+    """The server's rule too (one reader, ``nvdaemon.token``): ``echo token > file`` leaves a newline no header
+    can carry; a bearer token never holds whitespace, so only what is between is sent."""
+    token_file.write_bytes(b" " + TOKEN.encode() + b"\r\n")
+    connector.token_file = None  # accepts any header: the assertion is on what the agent sent
+    connector.start()
+    rec = make_reconciler(healthy_baseline=False)
+    await trio.to_thread.run_sync(rec.load)
+    await sync(rec, [active(HOT, 97.0)])
+    (call,) = connector.calls()
+    assert call.code == "OK" and call.metadata["authorization"] == f"Bearer {TOKEN}"
+    assert rec.errors == {} and rec.pending == 0
 
 
 async def test_restart_while_fault_active_sends_no_second_fault_and_delivers_the_clear(
@@ -429,7 +449,7 @@ async def test_token_never_in_logs_or_state(
     connector.script.append(grpc.StatusCode.UNAUTHENTICATED)
     await sync(rec, [active(HOT, 97.0)])
     await sync(rec, [active(HOT, 97.0)])
-    token_file.write_bytes(TOKEN.encode() + b"\n")
+    token_file.write_bytes(b"\n")
     await sync(rec, [])
     assert rec.errors == {"UNAUTHENTICATED": 1, "TOKEN_ERROR": 1}
     assert rec.success == 3
