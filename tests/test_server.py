@@ -14,7 +14,7 @@ import trio
 import trio.testing
 
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.model import Kind, Sample, make_labels
 from nvdaemon.server.app import build_app, serve_http
 from nvdaemon.supervise import Supervisor

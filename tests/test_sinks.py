@@ -13,7 +13,7 @@ import trio.testing
 import nvdaemon.sinks
 from nvdaemon import engine
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.sinks import Sink
 from nvdaemon.supervise import Supervisor

@@ -9,7 +9,7 @@ from typing import Any
 import trio
 
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCENARIOS = ROOT / "fixtures" / "nvml"

@@ -9,7 +9,7 @@ import trio
 
 from nvdaemon.app import Agent
 from nvdaemon.compat.dcgm import render_dcgm
-from nvdaemon.config import load_config
+from nvdaemon.configload import load_config
 from nvdaemon.gpu.podresources import TASK_NAME
 from nvdaemon.nvml.fake import FakeNvml
 from tests.gpu.conftest import HEALTHY, wait_until
