@@ -13,12 +13,12 @@ import trio
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.collectors.gpu import decode_throttle
 from nvdaemon.gpu import GpuRuntime, open_gpu
-from nvdaemon.gpu.events import GO_XID_SEVERITY, xid_event, xid_severity
+from nvdaemon.gpu.events import xid_event, xid_severity
 from nvdaemon.gpu.xid import run_xid_source, serve_xid
+from nvdaemon.gpu.xid_catalogue import GO_XID_SEVERITY, XID_DESCRIPTIONS
 from nvdaemon.model import Event, Kind, Phase, Sample
 from nvdaemon.nvml import GpuIdentity, NvmlFailure, NvmlUnavailable, XidNotice
 from nvdaemon.nvml.fake import FakeNvml
-from nvdaemon.sinks.nvsentinel_xid import XID_DESCRIPTIONS
 from tests.gpu.conftest import HEALTHY, THERMAL, XID79, make_agent, wait_until
 
 GAUGES = {
