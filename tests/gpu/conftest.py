@@ -10,6 +10,7 @@ import trio
 
 from nvdaemon.app import Agent
 from nvdaemon.configload import parse_config
+from nvdaemon.gpu import GpuRuntime, open_gpu
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCENARIOS = ROOT / "fixtures" / "nvml"
@@ -25,6 +26,16 @@ def make_agent(tmp_path: Path, extra: str = "", tiers: str = "[gpu]", scenario: 
         f"gpu: {{backend: fake, fakeScenario: '{scenario}'}}\n{extra}"
     )
     return Agent(parse_config(text, "test.yaml", env={}))
+
+
+async def open_agent_gpu(agent: Agent) -> GpuRuntime:
+    """``open_gpu`` with the agent's config slice and callbacks, kept on the agent as ``Agent.run`` keeps it."""
+    start = await open_gpu(
+        agent.loaded.config.gpu, agent.active_tiers(), node=agent.node, emit=agent.emit, next_seq=agent.next_seq
+    )
+    assert start.runtime is not None and start.skipped_tiers == frozenset()
+    agent.gpu = start.runtime
+    return start.runtime
 
 
 async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
