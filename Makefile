@@ -23,6 +23,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check nvdaemon tests bench
 	$(BIN)/ruff format --check nvdaemon tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 # The reference node_exporter (Debian's prometheus-node-exporter) is installed first where that is possible.
 bench: $(STAMP)

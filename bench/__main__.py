@@ -46,7 +46,7 @@ def render_cost() -> tuple[list[Row], dict[str, Any]]:
     from nvdaemon.app import Agent
     from nvdaemon.collectors import collectors_for_tier
     from nvdaemon.collectors.base import HostRoots
-    from nvdaemon.config import parse_config
+    from nvdaemon.configload import parse_config
     from nvdaemon.server.metrics import MetricsCache
     from nvdaemon.tiers import CollectorRunner, collect_tier
 

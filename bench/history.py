@@ -111,7 +111,7 @@ def disk(store: HistoryStore, points: int) -> dict[str, float]:
 def query_time(path: Path) -> dict[str, float]:
     """A 90-day query for one series through the HTTP route (quart test client): parse, read, encode."""
     from nvdaemon.app import Agent
-    from nvdaemon.config import parse_config
+    from nvdaemon.configload import parse_config
     from nvdaemon.history.service import HistorySink
     from nvdaemon.server.app import build_app
 

@@ -22,7 +22,7 @@ import trio
 import trio_websocket
 
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.model import Event, Phase, new_event_id
 from nvdaemon.sinks.stream import StreamHub
 from nvdaemon.supervise import Supervisor

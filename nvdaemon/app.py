@@ -269,12 +269,17 @@ class Agent:
                 f"tier:{tier}", serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier)
             )
         if self.gpu is not None and self.loaded.config.gpu.xid:
-            await sup.start(XID_TASK, serve_xid, self, fingerprint=XID_TASK)
+            await sup.start(XID_TASK, serve_xid, self.gpu, fingerprint=XID_TASK)
         await self.sync_podresources()  # GPU pod attribution (dcgmCompat.podAttribution)
 
     def note_change(self) -> None:
         """Something /metrics shows changed besides snapshots and events: the cached page is rendered again."""
         self.changes += 1
+
+    def next_seq(self) -> int:
+        """The next event sequence number, the engine's, so XIDs and rule events share one ordering."""
+        self.engine.seq += 1
+        return self.engine.seq
 
     async def sync_podresources(self) -> None:
         """Start, restart (changed config) or stop the pod-resources refresh task, at start and after a reload."""
@@ -554,7 +559,11 @@ class Agent:
         self.started_clock = trio.current_time()
         self.load_engine()
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
-        await open_gpu(self)  # NVML unusable: the gpu tier is skipped, or NvmlUnavailable when it is the only tier
+        # NVML unusable: the gpu tier is skipped, or NvmlUnavailable when it is the only tier
+        gpu = await open_gpu(
+            self.loaded.config.gpu, self.active_tiers(), node=self.node, emit=self.emit, next_seq=self.next_seq
+        )
+        self.gpu, self.skipped_tiers = gpu.runtime, self.skipped_tiers | gpu.skipped_tiers
         async with trio.open_nursery() as root:
             self.root_scope = root.cancel_scope
             self.supervisor = sup = Supervisor(root)
@@ -569,7 +578,8 @@ class Agent:
             # Producers first, then consumers: the tier loops stop publishing before the sinks flush and stop.
             for name in [n for n in sup.tasks if n.startswith(("tier:", "source:"))]:
                 await sup.stop(name)
-            await close_gpu(self)  # the XID wait has returned and its event set is freed: nvmlShutdown
+            opened, self.gpu = self.gpu, None
+            await close_gpu(opened)  # the XID wait has returned and its event set is freed: nvmlShutdown
             for name in [n for n in sup.tasks if n != "http"]:
                 await sup.stop(name)
             with trio.CancelScope(shield=True), trio.move_on_after(max(grace / 2, 0.5)):

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nvdaemon import __version__, tail
-from nvdaemon.config import ConfigError, LoadedConfig, load_config
+from nvdaemon.config import ConfigError, LoadedConfig
+from nvdaemon.configload import load_config
 from nvdaemon.preflight import preflight
 from nvdaemon.server.token import read_token
 from nvdaemon.sinks import webhook_cli

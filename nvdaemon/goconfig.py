@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from nvdaemon.compat.node_exporter.flags import node_exporter_flags
+from nvdaemon.config import HISTORY_FILE_IN_DATA_DIR as HISTORY_FILE_IN_DATA_DIR  # noqa: PLC0414 (re-export)
 from nvdaemon.configcheck import ENV_VAR, ConfigIssue
 from nvdaemon.sinks import webhook_url
 
 GO_LISTEN = ":9847"  # the Go agent's listenAddr when it is empty
 GO_INTERVAL_SECONDS = 15
 GO_HISTORY_DEFAULTS = {"retentionDays": 1825, "intervalMinutes": 5}
-HISTORY_FILE_IN_DATA_DIR = "nvdaemon-history.db"  # the Go agent's bbolt file there is history.db: left untouched
 TIERS = ("core", "smart", "gpu")
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import trio
 
 from nvdaemon import engine
-from nvdaemon.config import ConfigError, LoadedConfig, load_config
+from nvdaemon.config import ConfigError, LoadedConfig
+from nvdaemon.configload import load_config
 from nvdaemon.preflight import preflight
 from nvdaemon.statefile import atomic_write
 

@@ -4,21 +4,16 @@ and key path, no secrets in errors, legacy keys, host_root, semantic checks and 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import msgspec.inspect as mi
 import pytest
 
-from nvdaemon.config import (
-    DEFAULT_LISTEN,
-    Config,
-    ConfigError,
-    LoadedConfig,
-    default_state_dir,
-    load_config,
-    parse_config,
-)
+from nvdaemon.config import DEFAULT_LISTEN, Config, ConfigError, LoadedConfig
+from nvdaemon.configload import default_state_dir, load_config, parse_config
 
 ENV = {"NODE_NAME": "node-from-env"}
 
@@ -553,3 +548,10 @@ def test_config_reference_names_every_key() -> None:
         elif f"`{key.removesuffix('[]')}" not in table and f".{name}`" not in table and f"`{name}`" not in table:
             missing.append(key)
     assert missing == []
+
+
+def test_config_schema_imports_no_validator_module() -> None:
+    """config.py is the bottom layer: the sinks', compat surfaces' and Go-key validators sit above it (configload)."""
+    code = "import sys, nvdaemon.config; print(' '.join(sorted(m for m in sys.modules if m.startswith('nvdaemon'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["nvdaemon", "nvdaemon.config", "nvdaemon.configcheck"]

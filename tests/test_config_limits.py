@@ -16,8 +16,9 @@ from pathlib import Path
 import msgspec.inspect as mi
 import pytest
 
-from nvdaemon.config import MAX_CONFIG_BYTES, Config, ConfigError, load_config, parse_config
+from nvdaemon.config import MAX_CONFIG_BYTES, Config, ConfigError
 from nvdaemon.configcheck import MAX_ALIAS_NODES, MAX_DEPTH
+from nvdaemon.configload import load_config, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.preflight import MAX_TOKEN_BYTES, bind_problem, preflight, token_problem
 from tests.test_e2e import ROOT, free_port
 

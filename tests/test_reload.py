@@ -21,7 +21,7 @@ import trio
 
 from nvdaemon import reloading
 from nvdaemon.app import ENGINE_FILE, Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.model import COUNT_LABELS, Sample
 from nvdaemon.supervise import Supervisor
 from nvdaemon.tiers import TierSnapshot

@@ -16,7 +16,7 @@ import trio.testing
 from quart_trio import QuartTrio
 
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.model import Kind, Sample, make_labels
 from nvdaemon.server.app import Listening, build_app
 from nvdaemon.supervise import Supervisor

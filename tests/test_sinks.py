@@ -15,7 +15,8 @@ import nvdaemon.sinks
 from nvdaemon import engine
 from nvdaemon.app import Agent
 from nvdaemon.bus import EventBus
-from nvdaemon.config import LoadedConfig, parse_config
+from nvdaemon.config import LoadedConfig
+from nvdaemon.configload import parse_config
 from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Event, Phase
 from nvdaemon.sinks import BusSubscriber, CommitTracker, ObservableDefaults, build_sinks

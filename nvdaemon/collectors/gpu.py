@@ -15,15 +15,13 @@ emits only the set ones) so that a rule on it sees the reason clear and EXITs in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, NotPresent
 from nvdaemon.model import Kind, Sample, make_labels
-from nvdaemon.nvml import GpuIdentity, GpuLost, GpuSnapshot, NvmlFailure, device_name
-
-if TYPE_CHECKING:
-    from nvdaemon.gpu import GpuRuntime
+from nvdaemon.nvml import GpuIdentity, GpuLost, GpuSnapshot, NvmlBackend, NvmlFailure, device_name
 
 # NVML's clocks event (throttle) reasons that mean the GPU is slowed by something other than idleness or an
 # application's clock setting (nvmlClocksEventReason*; tests check these against pynvml's constants).
@@ -108,11 +106,31 @@ class _NvmlDown:
     error: str
 
 
+class GpuSource(Protocol):
+    """What the collector reads and tells of the GPU runtime (``nvdaemon.gpu.GpuRuntime``, which sits above the
+    collectors): its NVML backend, the GPUs it knows, its XID counts, and the lost/answering transitions it
+    publishes."""
+
+    @property
+    def backend(self) -> NvmlBackend: ...
+    @property
+    def identities(self) -> Mapping[int, GpuIdentity]: ...
+    @property
+    def driver_version(self) -> str: ...
+    @property
+    def xid_counts(self) -> Mapping[tuple[int, int], int]: ...
+    def identity(self, index: int | None) -> GpuIdentity: ...
+    def learn(self, ident: GpuIdentity) -> None: ...
+    def set_lost(self, ident: GpuIdentity, lost: bool, now: float, error: str = "") -> None: ...
+    def nvml_down(self, error: str, now: float) -> None: ...
+    def pod_attribution_status(self) -> dict[str, Any] | None: ...  # None: pod attribution is not running
+
+
 class GpuCollector(Collector):
     name: ClassVar[str] = "nvml"
     tier: ClassVar[str] = "gpu"
 
-    def __init__(self, runtime: GpuRuntime | None = None) -> None:
+    def __init__(self, runtime: GpuSource | None = None) -> None:
         self.runtime = runtime
 
     def gather(self, roots: HostRoots) -> Gathered:
@@ -137,8 +155,8 @@ class GpuCollector(Collector):
 
     def detail(self) -> dict[str, Any]:
         """Pod attribution's state (``dcgmCompat.podAttribution``), when it runs."""
-        pa = self.runtime.pod_attribution if self.runtime is not None else None
-        return {"podAttribution": pa.status()} if pa is not None else {}
+        status = self.runtime.pod_attribution_status() if self.runtime is not None else None
+        return {"podAttribution": status} if status is not None else {}
 
     def interpret(self, gathered: Gathered, now: float) -> GpuResult:
         rt = self.runtime
@@ -162,6 +180,6 @@ class GpuCollector(Collector):
         return self._result(rt, samples)
 
     @staticmethod
-    def _result(rt: GpuRuntime, samples: list[Sample]) -> GpuResult:
+    def _result(rt: GpuSource, samples: list[Sample]) -> GpuResult:
         gpus = tuple(rt.identities[i] for i in sorted(rt.identities))  # GpuIdentity is frozen: a copy is a value
         return GpuResult(tuple(samples), gpus=gpus, driver_version=rt.driver_version)

@@ -1,13 +1,18 @@
 """The GPU runtime: the NVML backend the agent opened at start, its limiter, and what the gpu tier, the XID source
 and the dcgm-exporter surface share (identities, driver version, XID counts, lost GPUs).
 
-Start (``open_gpu``, before the root nursery): when the config has the gpu tier, pick the backend (``gpu.backend``:
-``auto`` = the fake when ``gpu.fakeScenario`` is set, else NVML) and open it in a worker thread. NVML unusable (no
-libnvidia-ml, driver not loaded): with other tiers, one warning "skipping gpu tier" and the gpu tier is left out of
-``active_tiers()``; when gpu is the only tier, ``NvmlUnavailable`` propagates and ``nvdaemon run`` exits 1.
+Start (``open_gpu``, before the root nursery): when the tiers to run include gpu, pick the backend (``gpu.backend``:
+``auto`` = the fake when ``gpu.fakeScenario`` is set, else NVML; reads the scenario file or loads libnvidia-ml) and
+open it in a worker thread. NVML unusable (no libnvidia-ml, driver not loaded): with other tiers, one warning
+"skipping gpu tier" and a ``GpuStart`` naming gpu as skipped, which the caller leaves out of the tiers it runs; when
+gpu is the only tier, ``NvmlUnavailable`` propagates and ``nvdaemon run`` exits 1.
 
-Stop (``close_gpu``, after the tier loops and the XID source are stopped): wait for any abandoned NVML thread, then
-nvmlShutdown. The XID source has freed its event set by then (its wait thread returned first).
+Stop (``close_gpu``, after the tier loops and the XID source are stopped): wait for any abandoned NVML thread (at
+most ``CLOSE_WAIT_SECONDS``), then nvmlShutdown. The XID source has freed its event set by then (its wait thread
+returned first).
+
+Nothing here holds the agent: ``open_gpu`` gets the ``gpu`` config slice, the tiers, the node name and two callbacks
+(publish events, draw the next event sequence number) and returns what it opened; the caller keeps it.
 
 Lost GPUs: a GPU whose snapshot raises GPU_IS_LOST gets ``gpu_lost`` ENTER (EXIT once it answers again). When the
 whole library stops answering while the tier runs (``nvmlDeviceGetCount`` fails: driver unloaded, GPUs gone, the
@@ -23,8 +28,9 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -34,7 +40,7 @@ from nvdaemon.model import Event
 from nvdaemon.nvml import XID_WAIT_MS, GpuIdentity, NvmlBackend, NvmlUnavailable, XidNotice, device_name
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
+    from nvdaemon.config import GpuConfig
     from nvdaemon.gpu.podresources import PodAttribution
 
 log = logging.getLogger(__name__)
@@ -82,6 +88,11 @@ class GpuRuntime:
         if index is None:
             return GpuIdentity(-1)
         return self.identities.get(index) or GpuIdentity(index)
+
+    def pod_attribution_status(self) -> dict[str, Any] | None:
+        """Pod attribution's state for ``/v1/status``, while its task runs."""
+        pa = self.pod_attribution
+        return pa.status() if pa is not None else None
 
     def pods(self, index: int | None) -> list[dict[str, str]] | None:
         """The holders of GPU ``index`` for an event's ``detail.pods``; None: attribution off or unknown GPU."""
@@ -147,8 +158,7 @@ class GpuRuntime:
         return [(device_name(i), g.uuid, g.pci_bus_id) for i, g in sorted(self._answering.items())]
 
 
-def _backend_for(agent: Agent) -> NvmlBackend:
-    cfg = agent.loaded.config.gpu
+def _backend_for(cfg: GpuConfig) -> NvmlBackend:
     if cfg.backend == "fake" or (cfg.backend == "auto" and cfg.fake_scenario):
         from nvdaemon.nvml.fake import FakeNvml, ScenarioError
 
@@ -161,37 +171,49 @@ def _backend_for(agent: Agent) -> NvmlBackend:
     return RealNvml()
 
 
-async def open_gpu(agent: Agent, backend: NvmlBackend | None = None) -> GpuRuntime | None:
-    """Open NVML when the gpu tier is configured; see the module docstring for what happens when it cannot be."""
-    if "gpu" not in agent.loaded.tiers:
-        return None
+@dataclass(frozen=True)
+class GpuStart:
+    """What ``open_gpu`` found: the runtime (None without the gpu tier or without NVML), and the tiers to skip."""
+
+    runtime: GpuRuntime | None
+    skipped_tiers: frozenset[str] = frozenset()  # {"gpu"} when NVML is unusable and other tiers run
+
+
+async def open_gpu(
+    cfg: GpuConfig,
+    tiers: Collection[str],
+    *,
+    node: str,
+    emit: Callable[[list[Event]], None],
+    next_seq: Callable[[], int],
+    backend: NvmlBackend | None = None,
+) -> GpuStart:
+    """Open NVML when ``tiers`` (those that would run) include gpu; see the module docstring for when it cannot be.
+
+    ``emit`` publishes XID and gpu_lost events; ``next_seq`` draws their sequence number from the engine's, so XIDs
+    and rule events share one ordering.
+    """
+    if "gpu" not in tiers:
+        return GpuStart(None)
 
     def start() -> tuple[NvmlBackend, list[GpuIdentity], str]:  # reads the scenario or imports pynvml: off the loop
-        chosen = backend or _backend_for(agent)
+        chosen = backend or _backend_for(cfg)
         return chosen, chosen.open(), chosen.driver_version()
 
     try:
         opened, identities, driver = await trio.to_thread.run_sync(start)
     except NvmlUnavailable as exc:
-        if not [t for t in agent.active_tiers() if t != "gpu"]:
+        if not [t for t in tiers if t != "gpu"]:
             raise
         log.warning("skipping gpu tier: %s", exc)
-        agent.skipped_tiers.add("gpu")
-        return None
-
-    def next_seq() -> int:  # the engine's sequence, so XIDs and rule events share one ordering
-        agent.engine.seq += 1
-        return agent.engine.seq
-
-    rt = GpuRuntime(opened, identities, node=agent.node, driver_version=driver, emit=agent.emit, next_seq=next_seq)
-    agent.gpu = rt
+        return GpuStart(None, frozenset({"gpu"}))
+    rt = GpuRuntime(opened, identities, node=node, driver_version=driver, emit=emit, next_seq=next_seq)
     log.info("gpu: %d GPU(s), driver %s", len(identities), driver or "unknown")
-    return rt
+    return GpuStart(rt)
 
 
-async def close_gpu(agent: Agent) -> None:
+async def close_gpu(rt: GpuRuntime | None) -> None:
     """nvmlShutdown once no NVML call is in flight (an abandoned snapshot thread is waited for, briefly)."""
-    rt, agent.gpu = agent.gpu, None
     if rt is None:
         return
     with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_WAIT_SECONDS):
@@ -201,4 +223,4 @@ async def close_gpu(agent: Agent) -> None:
         await trio.to_thread.run_sync(rt.backend.close)
 
 
-__all__ = ["GpuRuntime", "close_gpu", "open_gpu"]
+__all__ = ["GpuRuntime", "GpuStart", "close_gpu", "open_gpu"]

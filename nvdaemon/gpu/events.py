@@ -1,36 +1,26 @@
 """XID and lost-GPU events. Pure: no I/O, no trio.
 
-XID severity, the one webhook and stream receivers see (``xid_severity``), is the Go agent's table
-(nodevitals-contract.md §3): info for 13, 31, 43 (the application's fault); warning for 63, 74, 92, 94 and every
-code it does not list; critical for 48, 64, 79, 95, 119, 120. Of the codes in our catalogue that Go leaves to
-"unknown", 62 (micro-controller halt) and 140 (unrecovered ECC) are critical, since the GPU needs a reset; 45 and
-61 stay warning. The rule for such codes: raise above Go's answer, never lower it, so a receiver that alerted on a
-severity under the Go agent still alerts. NVIDIA's recommended action and fatality are NVSentinel's business
-(``XID_CATALOGUE`` in nvdaemon/sinks/nvsentinel_xid.py, with its sources) and do not follow this table.
+An XID event's description and severity come from the one catalogue (``gpu/xid_catalogue.py``), which also holds
+NVIDIA's recommended action and fatality that the NVSentinel sink sends; the severity is the Go agent's table
+(nodevitals-contract.md §3), raised for 62 and 140, never lowered.
 """
 
 from __future__ import annotations
 
+from nvdaemon.gpu import xid_catalogue
 from nvdaemon.model import Event, Phase, new_event_id
 from nvdaemon.nvml import GpuIdentity, XidNotice, device_name
-from nvdaemon.sinks.nvsentinel_map import LOST_CONDITION, XID_CONDITION
-from nvdaemon.sinks.nvsentinel_xid import XID_DESCRIPTIONS
 
-GO_XID_SEVERITY: dict[int, str] = {
-    **dict.fromkeys((13, 31, 43), "info"),
-    **dict.fromkeys((63, 74, 92, 94), "warning"),
-    **dict.fromkeys((48, 64, 79, 95, 119, 120), "critical"),
-}
-XID_SEVERITY: dict[int, str] = {**GO_XID_SEVERITY, 62: "critical", 140: "critical"}
-UNKNOWN_XID_SEVERITY = "warning"
+XID_CONDITION = "gpu_xid_error"  # the gpu tier's XID events (the NVSentinel sink maps them to NvdaemonGpuXidError)
+LOST_CONDITION = "gpu_lost"  # the gpu tier's lost-GPU events (NvdaemonGpuFallenOff)
 
 
 def xid_severity(xid: int) -> str:
-    return XID_SEVERITY.get(xid, UNKNOWN_XID_SEVERITY)
+    return xid_catalogue.xid_severity(xid)
 
 
 def xid_description(xid: int) -> str:
-    return XID_DESCRIPTIONS.get(xid, "unknown XID")
+    return xid_catalogue.xid_description(xid)
 
 
 def with_pods(detail: dict[str, object], pods: list[dict[str, str]] | None) -> dict[str, object]:

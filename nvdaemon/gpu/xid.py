@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from nvdaemon.app import Agent
     from nvdaemon.gpu import GpuRuntime
 
 log = logging.getLogger(__name__)
@@ -42,8 +41,8 @@ async def run_xid_source(rt: GpuRuntime, task_status: trio.TaskStatus[None] = tr
             await trio.to_thread.run_sync(rt.backend.xid_close)
 
 
-async def serve_xid(agent: Agent, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    rt = agent.gpu
+async def serve_xid(rt: GpuRuntime | None, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """The supervised task: the XID source of the opened runtime; without one (no gpu tier) it ends at once."""
     if rt is None:
         task_status.started()
         return

@@ -23,7 +23,7 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from nvdaemon.bus import EventBus
-from nvdaemon.goconfig import HISTORY_FILE_IN_DATA_DIR
+from nvdaemon.config import HISTORY_FILE_IN_DATA_DIR
 from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist, window_end
 from nvdaemon.sinks import ObservableDefaults, SinkContext
 

@@ -5,7 +5,7 @@ Query parameters (both forms): ``severity`` (minimum: info, warning, critical), 
 ``replay=N`` (the last N matching events). A bad parameter is HTTP 400 before the upgrade; ``maxClients`` reached
 is HTTP 503 before the upgrade. Messages the client sends are read and ignored; one larger than
 ``server.maxWebsocketMessageBytes`` (finished or not) closes the connection with 1009 (``nvdaemon/server/asgi.py``).
-``replay`` is 1-9 ASCII digits (``responses.parse_count``). Besides events, the server sends
+``replay`` is 1-9 ASCII digits (``queryparams.parse_count``). Besides events, the server sends
 control messages: ``{"type":"control","status":"unknown_cursor",...}`` before a replay whose cursor it did not find,
 and ``{"type":"ping"}`` every ``pingSeconds``.
 

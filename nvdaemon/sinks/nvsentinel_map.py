@@ -17,8 +17,8 @@ Defaults for a rule (each overridable in the rule's ``nvsentinel:`` block):
   observe-only rollout).
 
 XIDs: checkName ``NvdaemonGpuXidError``, componentClass GPU, errorCode ``[<xid>]``, entities PCI and GPU_UUID, the
-action from ``XID_CATALOGUE`` (``nvsentinel_xid``: NVIDIA's XID catalogue, each entry with its source;
-``sinks.nvsentinel.xidActions`` overrides), fatal exactly when the action is not NONE.
+action from ``XID_CATALOGUE`` (``nvdaemon/gpu/xid_catalogue.py``: NVIDIA's XID catalogue, each entry with its
+source; ``sinks.nvsentinel.xidActions`` overrides), fatal exactly when the action is not NONE.
 
 A lost GPU (the gpu tier's ``gpu_lost``: NVML answers GPU_IS_LOST, or the whole library stopped answering):
 checkName ``NvdaemonGpuFallenOff``, errorCode ``[GPU_FALLEN_OFF_BUS]``, componentClass GPU, entities GPU (index),
@@ -44,11 +44,11 @@ import msgspec
 
 from nvdaemon.config import RuleNvsentinel
 from nvdaemon.engine import ActiveCondition
-from nvdaemon.sinks.nvsentinel_xid import XID_DESCRIPTIONS, xid_action
+from nvdaemon.gpu import xid_catalogue
+from nvdaemon.gpu.events import LOST_CONDITION as LOST_CONDITION  # noqa: PLC0414 (re-export: the reconciler's)
+from nvdaemon.gpu.events import XID_CONDITION as XID_CONDITION  # noqa: PLC0414 (re-export: the reconciler's)
 
-XID_CONDITION = "gpu_xid_error"  # the gpu tier's XID events (nvdaemon/gpu/events.py)
 XID_CHECK = "NvdaemonGpuXidError"
-LOST_CONDITION = "gpu_lost"  # the gpu tier's lost-GPU events (nvdaemon/gpu/events.py)
 LOST_CHECK = "NvdaemonGpuFallenOff"
 LOST_ERROR_CODE = "GPU_FALLEN_OFF_BUS"
 LOST_ACTION = "RESTART_BM"
@@ -293,19 +293,19 @@ def rule_health(
 def xid_health(
     rec: XidRecord, *, overrides: Mapping[str, str] | None = None, strategy: str = DEFAULT_STRATEGY
 ) -> Health:
-    action = xid_action(rec.xid, overrides)
+    action = xid_catalogue.xid_action(rec.xid, overrides)
     pci = rec.pci or (rec.device if is_pci_address(rec.device) else "")
     entities = [Entity("PCI", pci)] if pci else []
     if rec.uuid:
         entities.append(Entity("GPU_UUID", rec.uuid))
     if not entities:  # nothing better known: the GPU as the tier named it
         entities.append(Entity("GPU", rec.device))
-    description = rec.description or XID_DESCRIPTIONS.get(rec.xid, "unknown XID")
+    description = rec.description or xid_catalogue.xid_description(rec.xid)
     where = pci or rec.uuid or rec.device
     return Health(
         check_name=XID_CHECK,
         component_class="GPU",
-        is_fatal=action != "NONE",
+        is_fatal=xid_catalogue.is_fatal(action),
         recommended_action=action,
         error_code=(str(rec.xid),),
         entities=tuple(entities),

@@ -30,7 +30,7 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from nvdaemon.model import Event, Severity
-from nvdaemon.server.responses import parse_count
+from nvdaemon.queryparams import parse_count
 from nvdaemon.sinks import BusSubscriber, ObservableDefaults, SinkContext
 from nvdaemon.sinks.cloudevent import encode
 

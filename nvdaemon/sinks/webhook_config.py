@@ -1,6 +1,6 @@
 """Checks of one ``sinks.webhook[]`` entry that a type cannot express, on the raw (expanded) config tree.
 
-Run by ``config._semantic_checks`` so they are reported together with every other error. Messages name the key and
+Run by ``configload._semantic_checks`` so they are reported together with every other error. Messages name the key and
 what was expected, never a value: URLs, secrets and header values may all be credentials.
 """
 

@@ -19,7 +19,7 @@ from nvdaemon.app import Agent
 from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots, NotPresent
 from nvdaemon.collectors.gpu import gpu_samples
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.model import Sample
 from nvdaemon.nvml.fake import FakeNvml
 from nvdaemon.server.metrics import MetricsCache

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from nvdaemon import config as agent_config
+from nvdaemon import configload
 from nvdaemon.compat.node_exporter.options import DEFAULTS as NODE_EXPORTER_DEFAULTS
 from tests.deploy.helm import CHART, Doc, Rendered, agent, render
 from tests.deploy.matrix import GO_VALUES, MATRIX, NODE_EXPORTER, TEXTFILE_DIR
@@ -265,7 +266,7 @@ def test_node_exporter_config_is_read_by_the_agent_as_set() -> None:
     """What the agent makes of the rendered section: the values set, and the agent's own defaults for the rest."""
     rendered = render(NODE_EXPORTER)
     text, _ = rendered.config_of(rendered.daemonsets()["core"])
-    loaded = agent_config.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
+    loaded = configload.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
     assert loaded.rootfs == "/host/root"
     assert loaded.node_exporter == agent_config.NodeExporterConfig(
         enabled=True,
@@ -278,17 +279,17 @@ def test_node_exporter_config_is_read_by_the_agent_as_set() -> None:
     )
     minimal = render({"nodeExporter": {"enabled": True, "textfileDir": ""}})
     text, _ = minimal.config_of(minimal.daemonsets()["core"])
-    loaded = agent_config.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
+    loaded = configload.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
     # every filter: node_exporter's
     assert loaded.node_exporter == agent_config.NodeExporterConfig(enabled=True, rootfs_path="/host/root")
     assert loaded.rootfs == "/host/root"
     go_default = render({"nodeExporter": {"enabled": True}})  # the Go chart's default textfile directory
     text, _ = go_default.config_of(go_default.daemonsets()["core"])
-    loaded = agent_config.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
+    loaded = configload.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
     assert loaded.node_exporter == agent_config.NodeExporterConfig(
         enabled=True, textfile_directory=TEXTFILE_DIR, rootfs_path="/host/root"
     )
     text, _ = render().config_of(render().daemonsets()["core"])
-    loaded = agent_config.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
+    loaded = configload.parse_config(text, "core.yaml", env={"NODE_NAME": "node-a"}).config
     assert loaded.node_exporter == agent_config.NodeExporterConfig()
     assert loaded.rootfs == "/"

@@ -11,7 +11,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from tests.deploy import helm
 from tests.deploy.helm import CHART, agent, mounts, notes, pod_spec, render
 from tests.deploy.matrix import ALL_TIERS

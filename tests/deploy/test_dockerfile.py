@@ -171,7 +171,7 @@ def test_every_module_imports_from_the_locked_set(built: Built) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().startswith(str(built.venv)), "imported the checkout, not the installed wheel"
     default = subprocess.run(
-        [str(built.venv / "bin" / "python"), "-c", "from nvdaemon.config import load_config; load_config(None)"],
+        [str(built.venv / "bin" / "python"), "-c", "from nvdaemon.configload import load_config; load_config(None)"],
         capture_output=True,
         text=True,
         check=False,

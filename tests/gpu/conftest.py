@@ -10,7 +10,8 @@ import trio
 
 from nvdaemon.app import Agent
 from nvdaemon.compat.dcgm import pod_attributes, render_dcgm
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
+from nvdaemon.gpu import GpuRuntime, open_gpu
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCENARIOS = ROOT / "fixtures" / "nvml"
@@ -39,6 +40,16 @@ def dcgm_text(agent: Agent) -> bytes:
         last_xid=rt.last_xid if rt is not None else {},
         pods=pod_attributes(pa.current if pa is not None else None),
     )
+
+
+async def open_agent_gpu(agent: Agent) -> GpuRuntime:
+    """``open_gpu`` with the agent's config slice and callbacks, kept on the agent as ``Agent.run`` keeps it."""
+    start = await open_gpu(
+        agent.loaded.config.gpu, agent.active_tiers(), node=agent.node, emit=agent.emit, next_seq=agent.next_seq
+    )
+    assert start.runtime is not None and start.skipped_tiers == frozenset()
+    agent.gpu = start.runtime
+    return start.runtime
 
 
 async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:

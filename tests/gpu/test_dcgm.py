@@ -13,11 +13,10 @@ import pytest
 
 from nvdaemon.app import Agent
 from nvdaemon.compat.dcgm import FAMILIES
-from nvdaemon.gpu import open_gpu
 from nvdaemon.nvml import XidNotice
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.tiers import CollectorRunner, collect_tier
-from tests.gpu.conftest import dcgm_text, make_agent
+from tests.gpu.conftest import dcgm_text, make_agent, open_agent_gpu
 
 GOLDEN = Path(__file__).parent / "golden" / "dcgm.metrics"
 # What promtool's linter says about dcgm-exporter's own names; a drop-in has to keep them.
@@ -30,8 +29,7 @@ INHERENT = (
 
 async def agent_with_one_tick(tmp_path: Path, enabled: bool = True) -> Agent:
     agent = make_agent(tmp_path, extra=f"dcgmCompat: {{enabled: {str(enabled).lower()}}}\n")
-    rt = await open_gpu(agent)
-    assert rt is not None
+    rt = await open_agent_gpu(agent)
     runners = [CollectorRunner(c, rt.limiter) for c in rt.collectors()]
     agent.on_snapshot(await collect_tier("gpu", runners, agent.roots, 5.0))
     rt.on_xids([XidNotice(3, 79)], now=1.0)

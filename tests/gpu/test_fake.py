@@ -12,14 +12,14 @@ import trio
 
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.collectors.gpu import decode_throttle
-from nvdaemon.gpu import GpuRuntime, open_gpu
-from nvdaemon.gpu.events import GO_XID_SEVERITY, xid_event, xid_severity
+from nvdaemon.gpu import GpuRuntime, GpuStart, open_gpu
+from nvdaemon.gpu.events import xid_event, xid_severity
 from nvdaemon.gpu.xid import run_xid_source, serve_xid
+from nvdaemon.gpu.xid_catalogue import GO_XID_SEVERITY, XID_DESCRIPTIONS
 from nvdaemon.model import Event, Kind, Phase, Sample
 from nvdaemon.nvml import GpuIdentity, NvmlFailure, NvmlUnavailable, XidNotice
 from nvdaemon.nvml.fake import FakeNvml
-from nvdaemon.sinks.nvsentinel_xid import XID_DESCRIPTIONS
-from tests.gpu.conftest import HEALTHY, THERMAL, XID79, make_agent, wait_until
+from tests.gpu.conftest import HEALTHY, THERMAL, XID79, make_agent, open_agent_gpu, wait_until
 
 GAUGES = {
     "gpu_utilization_pct",
@@ -166,15 +166,14 @@ def test_xid_events_enter_only_with_the_go_detail_on_the_wire() -> None:
 
 async def test_xid_reaches_the_bus_within_one_wait_and_is_counted(tmp_path: Path) -> None:
     agent = make_agent(tmp_path)
-    rt = await open_gpu(agent)
-    assert rt is not None and agent.gpu is rt
+    rt = await open_agent_gpu(agent)
     rt.xid_wait_ms = 500
     fake = rt.backend
     assert isinstance(fake, FakeNvml)
     channel = agent.bus.subscribe("test")
     agent.engine.seq = 41
     async with trio.open_nursery() as nursery:
-        await nursery.start(serve_xid, agent)
+        await nursery.start(serve_xid, rt)
         await wait_until(lambda: "xid_wait" in fake.calls)
         began = trio.current_time()
         fake.inject_xid(3, 79)
@@ -298,3 +297,27 @@ def test_nvml_error_in_a_scenario_step() -> None:
     with pytest.raises(NvmlFailure, match="Unknown Error"):
         fake.device_count()
     assert fake.device_count() == 1
+
+
+async def test_open_gpu_takes_the_gpu_slice_and_returns_what_it_opened(tmp_path: Path) -> None:
+    """No agent: the config slice, the tiers and two callbacks in; the runtime or the skipped tier out."""
+    cfg = make_agent(tmp_path).loaded.config.gpu
+    events: list[Event] = []
+    seqs = iter(range(7, 100))
+
+    def kw() -> dict[str, Any]:
+        return {"node": "n9", "emit": events.extend, "next_seq": lambda: next(seqs)}
+
+    assert await open_gpu(cfg, ["core"], **kw()) == GpuStart(None)  # no gpu tier: NVML is never opened
+    start = await open_gpu(cfg, ["core", "gpu"], **kw())
+    rt = start.runtime
+    assert rt is not None and start.skipped_tiers == frozenset() and rt.node == "n9" and len(rt.identities) == 8
+    rt.on_xids([XidNotice(0, 13)], now=1.0)
+    assert [(e.node, e.seq, e.detail["xid"]) for e in events] == [("n9", 7, 13)]
+
+    missing = tmp_path / "missing.json"
+    missing.write_text('{"initError": "NVML Shared Library Not Found", "devices": []}')
+    cfg_missing = make_agent(tmp_path, scenario=missing).loaded.config.gpu
+    assert await open_gpu(cfg_missing, ["core", "gpu"], **kw()) == GpuStart(None, frozenset({"gpu"}))
+    with pytest.raises(NvmlUnavailable, match="NVML Shared Library Not Found"):
+        await open_gpu(cfg_missing, ["gpu"], **kw())

@@ -7,7 +7,7 @@ from typing import Any
 
 from nvdaemon import engine
 from nvdaemon.collectors.base import HostRoots
-from nvdaemon.config import load_config
+from nvdaemon.configload import load_config
 from nvdaemon.gpu import GpuRuntime
 from nvdaemon.model import Event, new_event_id
 from nvdaemon.nvml.fake import FakeNvml

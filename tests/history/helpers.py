@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Sample
 from nvdaemon.tiers import TierSnapshot

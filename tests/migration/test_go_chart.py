@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import nvdaemon
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from tests.deploy import helm
 from tests.deploy.helm import CHART, Doc, Rendered, agent, deep_merge, mounts, notes, pod_spec, render
 from tests.deploy.matrix import GO_VALUES

@@ -16,7 +16,8 @@ from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.options import DEFAULTS
 from nvdaemon.compat.node_exporter.surface import collect_once, node_exporter_collectors
-from nvdaemon.config import ConfigError, LoadedConfig, parse_config
+from nvdaemon.config import ConfigError, LoadedConfig
+from nvdaemon.configload import parse_config
 from nvdaemon.history.core import DEFAULT_METRICS
 from nvdaemon.history.service import HistorySink, history_path
 from nvdaemon.model import Phase, Sample

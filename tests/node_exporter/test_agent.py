@@ -23,7 +23,7 @@ from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.options import DEFAULTS
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.tiers import CollectorRunner, collect_tier
 from tests.node_exporter.conftest import HOSTS, ROOT
 from tests.node_exporter.exposition import parse

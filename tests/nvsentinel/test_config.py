@@ -7,7 +7,8 @@ import socket
 
 import pytest
 
-from nvdaemon.config import ConfigError, parse_config
+from nvdaemon.config import ConfigError
+from nvdaemon.configload import parse_config
 
 
 def test_defaults() -> None:

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from nvdaemon.app import Agent
-from nvdaemon.config import load_config, parse_config
+from nvdaemon.configload import load_config, parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.nvml.fake import FakeNvml
 from nvdaemon.proto import health_event_pb2 as pb

@@ -10,6 +10,16 @@ from hypothesis import strategies as st
 
 from nvdaemon.config import RuleNvsentinel
 from nvdaemon.engine import ActiveCondition
+from nvdaemon.gpu.xid_catalogue import (
+    ACTION_NAMES,
+    UNSOURCED,
+    XID_ACTIONS,
+    XID_CATALOGUE,
+    XID_DESCRIPTIONS,
+    XID_SOURCES,
+    bucket_action,
+    xid_action,
+)
 from nvdaemon.sinks.nvsentinel_map import (
     RECOMMENDED_ACTIONS,
     CheckSpec,
@@ -26,16 +36,6 @@ from nvdaemon.sinks.nvsentinel_map import (
     plan,
     rule_health,
     xid_health,
-)
-from nvdaemon.sinks.nvsentinel_xid import (
-    ACTION_NAMES,
-    UNSOURCED,
-    XID_ACTIONS,
-    XID_CATALOGUE,
-    XID_DESCRIPTIONS,
-    XID_SOURCES,
-    bucket_action,
-    xid_action,
 )
 
 

@@ -10,7 +10,7 @@ import grpc
 import trio
 
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.server.metrics import MetricsCache

@@ -20,7 +20,7 @@ import pytest
 import trio
 
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.nvml.fake import FakeNvml
 from nvdaemon.tail import Options, Tail
 from tests.gpu.conftest import HEALTHY

@@ -9,7 +9,8 @@ import json
 import pynvml  # type: ignore[import-untyped]
 
 from nvdaemon import engine
-from nvdaemon.config import Rule, parse_config
+from nvdaemon.config import Rule
+from nvdaemon.configload import parse_config
 from nvdaemon.gpu import GpuRuntime
 from nvdaemon.gpu.attribution import Allocation
 from nvdaemon.gpu.podresources import PodAttribution, PodResourcesClient

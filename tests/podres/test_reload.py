@@ -8,7 +8,7 @@ from pathlib import Path
 import trio
 
 from nvdaemon.app import Agent
-from nvdaemon.config import load_config
+from nvdaemon.configload import load_config
 from nvdaemon.gpu.podresources import TASK_NAME
 from nvdaemon.nvml.fake import FakeNvml
 from tests.gpu.conftest import HEALTHY, dcgm_text, wait_until

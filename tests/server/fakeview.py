@@ -14,7 +14,8 @@ import trio
 
 from nvdaemon import engine
 from nvdaemon.bus import EventBus
-from nvdaemon.config import LoadedConfig, parse_config
+from nvdaemon.config import LoadedConfig
+from nvdaemon.configload import parse_config
 from nvdaemon.gpu import GpuRuntime
 from nvdaemon.history.service import HistorySink
 from nvdaemon.model import new_event_id

@@ -20,7 +20,7 @@ import trio
 import nvdaemon.app
 from nvdaemon import engine
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.server.state import status_document

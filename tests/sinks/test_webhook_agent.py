@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from nvdaemon.app import Agent
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.sinks.spool import FILE, SpoolDB
 from nvdaemon.sinks.webhook import WebhookEndpoint
 from nvdaemon.supervise import Supervisor

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from nvdaemon import cli
-from nvdaemon.config import ConfigError, parse_config
+from nvdaemon.config import ConfigError
+from nvdaemon.configload import parse_config
 from nvdaemon.sinks.spool import FILE, SpoolDB
 
 from .helpers import SECRET

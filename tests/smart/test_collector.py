@@ -23,7 +23,7 @@ from nvdaemon.collectors.smart import (
     samples_of,
 )
 from nvdaemon.collectors.smart_report import AtaAttribute, DiskReport, NvmeHealth
-from nvdaemon.config import parse_config
+from nvdaemon.configload import parse_config
 from nvdaemon.model import Kind
 from tests.smart.conftest import (
     DEVICES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from nvdaemon import engine
-from nvdaemon.config import load_config
+from nvdaemon.configload import load_config
 from nvdaemon.model import Phase
 from tests.smart.conftest import NOW, ROOT, Standin, collector, cycle
 

@@ -30,7 +30,7 @@ async def test_runner_waits_for_the_kill_instead_of_abandoning(standin: Standin)
 
 def test_a_reload_that_changes_smart_settings_restarts_only_the_smart_tier() -> None:
     from nvdaemon.app import Agent
-    from nvdaemon.config import parse_config
+    from nvdaemon.configload import parse_config
 
     def agent(smart: str) -> Agent:
         return Agent(
