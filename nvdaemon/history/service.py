@@ -26,6 +26,7 @@ from nvdaemon.bus import EventBus
 from nvdaemon.config import HistoryConfig, LoadedConfig
 from nvdaemon.goconfig import HISTORY_FILE_IN_DATA_DIR
 from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist, window_end
+from nvdaemon.shutdown import bounded_shield
 from nvdaemon.sinks import Sink
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SETTLE_SECONDS = 5.0  # a window is written this long after it ends: a tick stamped just before has time to land
-FINAL_FLUSH_SECONDS = 5.0  # at most, and at most half the shutdown grace
+FINAL_FLUSH_SECONDS = 5.0  # at most, and never past the shutdown deadline
 
 
 class Unavailable(Exception):
@@ -105,8 +106,7 @@ class HistorySink(Sink):
                     log.info("history: windows written again after %d refused flush(es)", self.flushes_refused)
                     self.flushes_refused = 0
         finally:
-            grace = self.agent.loaded.config.shutdown_grace_seconds
-            with trio.CancelScope(shield=True), trio.move_on_after(min(FINAL_FLUSH_SECONDS, grace / 2)):
+            with bounded_shield(FINAL_FLUSH_SECONDS):
                 try:
                     await self.flush(final=True)
                 except Exception as exc:  # the stop goes on; the windows stay in memory for a restart

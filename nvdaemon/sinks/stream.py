@@ -32,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from nvdaemon.config import StreamSink
 from nvdaemon.model import Event, Severity
 from nvdaemon.server.responses import parse_count
+from nvdaemon.shutdown import bounded_shield
 from nvdaemon.sinks import Sink
 from nvdaemon.sinks.cloudevent import encode
 
@@ -195,7 +196,7 @@ class StreamHub(Sink):
                     self.publish(self.events.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
-            with trio.CancelScope(shield=True), trio.move_on_after(SHUTDOWN_CLOSE_SECONDS):
+            with bounded_shield(SHUTDOWN_CLOSE_SECONDS):
                 await self.close_all(CLOSE_GOING_AWAY, "agent shutting down")
 
     def metrics(self) -> Iterable[Metric]:
