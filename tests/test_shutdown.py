@@ -69,9 +69,17 @@ async def test_a_shield_already_running_is_held_to_a_deadline_set_later_but_neve
     assert ended == {"short": 2.0, "long": 5.0}
 
 
-async def test_each_trio_run_starts_without_a_deadline() -> None:
-    # The tests above set deadlines in their own runs; a RunVar does not carry them over.
-    assert shutdown.deadline() == math.inf
+def test_each_trio_run_starts_without_a_deadline() -> None:
+    async def stopping() -> None:
+        shutdown.set_deadline(trio.current_time() + 1)
+        assert shutdown.deadline() < math.inf
+
+    trio.run(stopping)
+    assert trio.run(_deadline) == math.inf  # kept per run (a RunVar): nothing leaks into the next agent or test
+
+
+async def _deadline() -> float:
+    return shutdown.deadline()
 
 
 class Stalling(Sink):
