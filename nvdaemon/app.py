@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
-from nvdaemon import engine
+from nvdaemon import engine, shutdown
 from nvdaemon.bus import EventBus
 from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
@@ -55,6 +55,7 @@ events_log = logging.getLogger("nvdaemon.events")
 ENGINE_FILE = "engine.json"
 DURABLE_WAIT_SECONDS = 1.0
 HTTP_STOP_SECONDS = 10.0  # a replaced HTTP server's graceful stop (hypercorn's own is at most 5 s), then cancelled
+FINAL_SHARE = 0.25  # of shutdownGraceSeconds, kept for the final engine-state persist and the HTTP stop
 EventKey = tuple[str, str, str, str, str, str, str]  # nodevitals_events_total's labels: see model.Event.count_key
 
 
@@ -312,7 +313,6 @@ class Agent:
             state_dir=loaded.state_dir,
             tiers=tuple(loaded.tiers),
             interval_seconds=c.interval_seconds,
-            shutdown_grace_seconds=c.shutdown_grace_seconds,
             proc_root=c.proc_root,
             gpu_xid=c.gpu.xid,
             stream=c.sinks.stream,
@@ -573,25 +573,44 @@ class Agent:
             self.started.set()
             log.info("ready: node=%s tiers=%s listening on %s", self.node, ",".join(self.active_tiers()), self.bound)
             await self.stopping.wait()
-            root.cancel_scope.deadline = trio.current_time() + grace
-            sup.stopping = True
-            # Producers first, then consumers: the tier loops stop publishing before the sinks flush and stop.
-            for name in [n for n in sup.tasks if n.startswith(("tier:", "source:"))]:
-                await sup.stop(name)
-            opened, self.gpu = self.gpu, None
-            await close_gpu(opened)  # the XID wait has returned and its event set is freed: nvmlShutdown
-            for name in [n for n in sup.tasks if n != "http"]:
-                await sup.stop(name)
-            with trio.CancelScope(shield=True), trio.move_on_after(max(grace / 2, 0.5)):
+            await self._shut_down(sup, grace)
+            root.cancel_scope.cancel()
+        log.info("stopped")
+
+    async def _shut_down(self, sup: Supervisor, grace: float) -> None:
+        """Stop everything by one deadline, ``shutdownGraceSeconds`` from now (the root scope's too). The tasks'
+        own shielded cleanup (a sink's final flush, the GPU close: ``shutdown.bounded_shield``) ends by the first
+        ``1 - FINAL_SHARE`` of it; the final persist and the HTTP stop, in a ``finally`` so that no overrun before
+        them skips them, have the rest. Each step is also bounded by its own budget."""
+        deadline = trio.current_time() + grace
+        self.root_scope.deadline = deadline
+        shutdown.set_deadline(deadline - grace * FINAL_SHARE)
+        sup.stopping = True
+        try:
+            with trio.move_on_at(shutdown.deadline()):  # a task still cleaning up then is left to its nursery
+                # Producers first, then consumers: the tier loops stop publishing before the sinks flush and stop.
+                await _stop_all(sup, [n for n in sup.tasks if n.startswith(("tier:", "source:"))])
+                opened, self.gpu = self.gpu, None
+                await close_gpu(opened)  # the XID wait has returned and its event set is freed: nvmlShutdown
+                await _stop_all(sup, [n for n in sup.tasks if n != "http"])  # the sinks: side by side, not in turn
+        finally:
+            shutdown.set_deadline(deadline)
+            with shutdown.bounded_shield(max(grace / 2, 0.5)):
                 self._engine_dirty = True
                 await self.persist_engine()
             for sink in self.sinks.values():  # what a sink could not make durable is dropped, counted and logged
                 sink.close()
             http = sup.tasks.get("http")
             if http is not None:  # a server in its restart backoff is cancelled, not waited for
-                await self._stop_http(http, self.http_shutdown)
-            root.cancel_scope.cancel()
-        log.info("stopped")
+                with shutdown.bounded_shield(HTTP_STOP_SECONDS):
+                    await self._stop_http(http, self.http_shutdown)
+
+
+async def _stop_all(sup: Supervisor, names: list[str]) -> None:
+    """Stop the tasks ``names`` at the same time; return once all of them have finished their cleanup."""
+    async with trio.open_nursery() as nursery:
+        for name in names:
+            nursery.start_soon(sup.stop, name)
 
 
 async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -18,6 +18,8 @@ from typing import Any
 
 import trio
 
+from nvdaemon.backoff import EQUAL, backoff
+
 log = logging.getLogger(__name__)
 
 ServeFn = Callable[..., Awaitable[None]]
@@ -74,9 +76,7 @@ class Supervisor:
 
     def backoff(self, failures: int) -> float:
         """Capped exponential delay with equal jitter: half fixed (a floor), half random (no thundering herd)."""
-        # The exponent is bounded so a crash loop of days cannot overflow the float conversion.
-        delay = min(self.backoff_max, self.backoff_base * float(2 ** min(max(0, failures - 1), 60)))
-        return delay / 2 + delay / 2 * self.jitter()
+        return backoff(failures, self.backoff_base, self.backoff_max, EQUAL, self.jitter())
 
     async def start(
         self, name: str, fn: ServeFn, *args: Any, critical: bool = False, fingerprint: Hashable = None

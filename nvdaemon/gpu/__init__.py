@@ -38,6 +38,7 @@ from nvdaemon.collectors.base import Collector
 from nvdaemon.gpu.events import gpu_lost_event, xid_event
 from nvdaemon.model import Event
 from nvdaemon.nvml import XID_WAIT_MS, GpuIdentity, NvmlBackend, NvmlUnavailable, XidNotice, device_name
+from nvdaemon.shutdown import bounded_shield
 
 if TYPE_CHECKING:
     from nvdaemon.config import GpuConfig
@@ -216,7 +217,7 @@ async def close_gpu(rt: GpuRuntime | None) -> None:
     """nvmlShutdown once no NVML call is in flight (an abandoned snapshot thread is waited for, briefly)."""
     if rt is None:
         return
-    with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_WAIT_SECONDS):
+    with bounded_shield(CLOSE_WAIT_SECONDS):
         # Holding every token of the NVML limiter = no NVML thread is running (abandoned ones included).
         for _ in range(int(rt.limiter.total_tokens)):
             await rt.limiter.acquire_on_behalf_of(object())

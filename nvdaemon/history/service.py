@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from nvdaemon.bus import EventBus
 from nvdaemon.config import HISTORY_FILE_IN_DATA_DIR
 from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist, window_end
+from nvdaemon.shutdown import bounded_shield
 from nvdaemon.sinks import ObservableDefaults, SinkContext
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SETTLE_SECONDS = 5.0  # a window is written this long after it ends: a tick stamped just before has time to land
-FINAL_FLUSH_SECONDS = 5.0  # at most, and at most half the shutdown grace
+FINAL_FLUSH_SECONDS = 5.0  # at most, and never past the shutdown deadline
 
 
 class Unavailable(Exception):
@@ -45,14 +46,14 @@ class Unavailable(Exception):
 
 class HistorySink(ObservableDefaults):
     """A ``Sink`` (no bus subscription, not durable) built from a ``SinkContext``: the history settings, the node
-    (queries for another node find nothing here), the database path and the shutdown grace are kept from it."""
+    (queries for another node find nothing here) and the database path are kept from it; its final flush is bounded by
+    ``FINAL_FLUSH_SECONDS`` and the shutdown deadline (``shutdown.bounded_shield``)."""
 
     name = "history"
 
     def __init__(self, ctx: SinkContext, wall: Callable[[], float] = time.time) -> None:
         self.config = config = ctx.history
         self.node = ctx.node
-        self.grace = ctx.shutdown_grace_seconds
         self._note_change = ctx.note_change
         self.wall = wall
         self.path = history_path(config, ctx.state_dir)
@@ -72,7 +73,7 @@ class HistorySink(ObservableDefaults):
     def fingerprint(self) -> Hashable:
         c = self.config
         allow = tuple(sorted(self.windows.allow))
-        return ("history", c.interval_minutes, c.retention_days, allow, self.path, self.node, self.grace)
+        return ("history", c.interval_minutes, c.retention_days, allow, self.path, self.node)
 
     def attach(self, bus: EventBus) -> None:
         """No bus subscription: history reads snapshots, not events (an unread channel would only count drops)."""
@@ -112,8 +113,7 @@ class HistorySink(ObservableDefaults):
                     log.info("history: windows written again after %d refused flush(es)", self.flushes_refused)
                     self.flushes_refused = 0
         finally:
-            grace = self.grace
-            with trio.CancelScope(shield=True), trio.move_on_after(min(FINAL_FLUSH_SECONDS, grace / 2)):
+            with bounded_shield(FINAL_FLUSH_SECONDS):
                 try:
                     await self.flush(final=True)
                 except Exception as exc:  # the stop goes on; the windows stay in memory for a restart

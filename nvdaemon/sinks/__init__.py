@@ -37,7 +37,7 @@ from prometheus_client.core import Metric
 from nvdaemon.bus import EventBus
 from nvdaemon.model import Event
 
-if TYPE_CHECKING:  # config imports validators from this package: types only, no cycle at import time
+if TYPE_CHECKING:  # types only: the config structs and conditions a context carries
     from nvdaemon.config import HistoryConfig, NvsentinelSink, Rule, SpoolConfig, StreamSink, WebhookSink
     from nvdaemon.engine import ActiveCondition
 
@@ -51,7 +51,6 @@ class SinkContext:
     state_dir: Path
     tiers: tuple[str, ...]  # configured tiers
     interval_seconds: float  # the core tiers' interval: NVSentinel's reconcile tick
-    shutdown_grace_seconds: float
     proc_root: str
     gpu_xid: bool  # gpu.xid: the XID check is reported when the gpu tier is configured too
     stream: StreamSink

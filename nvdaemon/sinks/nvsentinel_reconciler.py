@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -37,6 +38,7 @@ import msgspec
 import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from nvdaemon.backoff import backoff, plus_minus
 from nvdaemon.config import NvsentinelSink, Rule
 from nvdaemon.engine import ActiveCondition
 from nvdaemon.model import Event, Phase, new_event_id
@@ -264,9 +266,9 @@ class Reconciler:
 
     # ---- sending -----------------------------------------------------------------------------------------------
     def _delay(self, attempt: int) -> float:
-        s = self.settings
-        base = s.retry_initial_seconds * s.retry_multiplier ** (attempt - 1)
-        return base * (1 + s.retry_jitter * (2 * self.jitter() - 1))
+        s = self.settings  # no cap: maxAttempts bounds the retries
+        jitter = plus_minus(s.retry_jitter)
+        return backoff(attempt, s.retry_initial_seconds, math.inf, jitter, self.jitter(), s.retry_multiplier)
 
     def _failed(self, err: SendError | TokenError, change: Change) -> None:
         self.last_error = str(err)

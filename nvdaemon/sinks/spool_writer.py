@@ -33,8 +33,10 @@ from typing import Any
 import msgspec
 import trio
 
+from nvdaemon.backoff import EQUAL, backoff
 from nvdaemon.config import SpoolConfig
 from nvdaemon.model import Event, Severity
+from nvdaemon.shutdown import bounded_shield
 from nvdaemon.sinks.spool import SpoolDB
 from nvdaemon.sinks.spool_io import SpoolCorrupt, SpoolUnwritable
 
@@ -162,8 +164,7 @@ class StorageHealth:
 
     def delay(self) -> float:
         """Capped exponential, equal jitter: a floor so a refused write is never retried in a hot loop."""
-        ceiling = min(self.cap, self.base * float(2 ** min(max(self.failures - 1, 0), 30)))
-        return ceiling / 2 + ceiling / 2 * self.jitter()
+        return backoff(self.failures, self.base, self.cap, EQUAL, self.jitter())
 
 
 class SpoolWriter:
@@ -272,7 +273,7 @@ class SpoolWriter:
                 self._waiting = None
         finally:
             # Stopping: whatever the channel holds goes to the spool too, within a bounded, shielded time.
-            with trio.CancelScope(shield=True), trio.move_on_after(DRAIN_SECONDS):
+            with bounded_shield(DRAIN_SECONDS):
                 while True:
                     self.take_available(events)
                     if not self.buffer or not await self.flush(call):

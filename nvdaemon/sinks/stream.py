@@ -31,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from nvdaemon.model import Event, Severity
 from nvdaemon.queryparams import parse_count
+from nvdaemon.shutdown import bounded_shield
 from nvdaemon.sinks import BusSubscriber, ObservableDefaults, SinkContext
 from nvdaemon.sinks.cloudevent import encode
 
@@ -191,7 +192,7 @@ class StreamHub(BusSubscriber, ObservableDefaults):
                     self.publish(self.events.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
-            with trio.CancelScope(shield=True), trio.move_on_after(SHUTDOWN_CLOSE_SECONDS):
+            with bounded_shield(SHUTDOWN_CLOSE_SECONDS):
                 await self.close_all(CLOSE_GOING_AWAY, "agent shutting down")
 
     def metrics(self) -> Iterable[Metric]:

@@ -41,6 +41,7 @@ import msgspec
 import trio
 from prometheus_client.core import Metric
 
+from nvdaemon.backoff import FULL, backoff
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.model import Event
@@ -294,8 +295,7 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
     def _backoff(self, failures: int) -> float:
         """Capped exponential backoff with full jitter."""
         h = self.hook
-        ceiling = min(h.backoff_max_seconds, h.backoff_base_seconds * float(2 ** min(failures - 1, 60)))
-        return ceiling * self.jitter()
+        return backoff(failures, h.backoff_base_seconds, h.backoff_max_seconds, FULL, self.jitter())
 
     def _fail(self, error: str, failures: int) -> None:
         if failures == 1:  # once per streak of failures, not once per attempt
