@@ -275,7 +275,8 @@ def test_task_restarting_fires_and_resolves(stack: Stack) -> None:
     occupied.write_text("not a directory\n")
     try:
         stack.reload(history={"enabled": True, "dataDir": str(stack.tmp / "history")})
-        poll(lambda: prom.value(f'nodevitals_task_restarts_total{{task="history",pod="{POD}"}}') == 0, "history 0")
+        restarts = f'nodevitals_task_restarts_total{{task="history",pod="{POD}"}}'
+        poll(lambda: prom.value(restarts) == 0, "the history task's restarts scraped at 0")
         stack.reload(history={"enabled": True, "dataDir": str(occupied)})
         prom.wait_alerts({"NvdaemonTaskRestarting"})
         (row,) = prom.query('ALERTS{alertname="NvdaemonTaskRestarting",alertstate="firing"}')
