@@ -7,9 +7,10 @@ Prometheus scraping it with the chart's rules loaded.
 - GPUs: the fake NVML on the healthy H100 scenario. A second, GPU-only agent (``gpu_agent``) replays a scenario that
   crosses the GPU thresholds and clears them; Prometheus finds it through a file_sd file.
 - Sinks: a webhook to a real loopback receiver, NVSentinel to the test platform-connector on a Unix socket.
+  ``reload`` rewrites the config (e.g. history turned on) and sends SIGHUP, as an operator's config change does.
 - Prometheus: the chart's PrometheusRule rendered by the real helm (hardware group on, every ``for:`` set to 1s
-  through ``prometheusRule.forOverride``, errorWindow 10s), the agents in job ``nv-nvdaemon-metrics`` with the
-  ``namespace``/``pod`` labels a ServiceMonitor scrape adds.
+  through ``prometheusRule.forOverride``, errorWindow 10s, taskRestartWindow 15s), the agents in job
+  ``nv-nvdaemon-metrics`` with the ``namespace``/``pod`` labels a ServiceMonitor scrape adds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -39,6 +41,9 @@ NAMESPACE = helm.NAMESPACE
 POD = "nv-nvdaemon-agent-s7k2p"
 GPU_POD = "nv-nvdaemon-gpu-q4x9m"
 ERROR_WINDOW = "10s"
+# Holds the first 4 restarts of a crash loop (within 7.5 s: the supervisor's backoff, 0.5 s doubling) and the
+# scrape before them; short, so that the alert resolves soon after the loop ends.
+TASK_RESTART_WINDOW = "15s"
 SMART_INTERVAL = 1.0  # 3 intervals (the stuck rule) leave room for a slow tick on a busy machine
 HIGH_LOAD, LOW_LOAD = "24.51 20.10 18.00 9/1024 123456\n", "0.52 0.61 0.58 2/1024 123456\n"
 
@@ -78,7 +83,12 @@ CONFIG: dict[str, Any] = {
 
 
 def rule_groups() -> list[dict[str, Any]]:
-    values = {"enabled": True, "forOverride": "1s", "hardware": {"enabled": True, "errorWindow": ERROR_WINDOW}}
+    values = {
+        "enabled": True,
+        "forOverride": "1s",
+        "taskRestartWindow": TASK_RESTART_WINDOW,
+        "hardware": {"enabled": True, "errorWindow": ERROR_WINDOW},
+    }
     (rule,) = helm.render({"prometheusRule": values}).kind("PrometheusRule")  # skips without helm
     groups: list[dict[str, Any]] = rule["spec"]["groups"]
     return groups
@@ -128,7 +138,7 @@ class Stack:
         self.agent_token.write_text(TOKEN)
         self.connector = FakeConnector(self.socket, NODE, self.agent_token)
         self.port = free_port()
-        config = {
+        self.config: dict[str, Any] = {
             **CONFIG,
             "stateDir": str(tmp / "state"),
             "sinks": {
@@ -145,7 +155,7 @@ class Stack:
                 },
             },
         }
-        (tmp / "config.yaml").write_text(json.dumps(config, indent=1))  # JSON is YAML; Agent reads the port
+        (tmp / "config.yaml").write_text(json.dumps(self.config, indent=1))  # JSON is YAML; Agent reads the port
         self.agent = Agent(tmp, self.host, tmp / "config.yaml")
         self.gpu_agent: Agent | None = None
         self.targets = tmp / "gpu-targets.json"
@@ -280,6 +290,16 @@ class Stack:
     def connector_back(self) -> None:
         self.socket.unlink(missing_ok=True)
         self.connector = FakeConnector(self.socket, NODE, self.agent_token).start()
+
+    def reload(self, **changes: Any) -> None:
+        """The config file rewritten as the base config with ``changes`` over its top-level keys (none: the base
+        config again), then SIGHUP; returns once the agent has accepted it."""
+        assert self.agent.proc is not None
+        before = self.agent.status()["reloads"]
+        (self.tmp / "config.yaml").write_text(json.dumps({**self.config, **changes}, indent=1))
+        self.agent.proc.send_signal(signal.SIGHUP)
+        after = poll(lambda: (r := self.agent.status()["reloads"]) != before and r, "the reload applied or rejected")
+        assert after == {**before, "ok": before["ok"] + 1}, f"reload rejected: {after}; see {self.tmp / 'agent.log'}"
 
     def hung_smartctl(self) -> list[int]:
         """PIDs the stand-in logged as hanging (the run and its child)."""

@@ -1,7 +1,7 @@
 """``promtool test rules`` on the chart's PrometheusRule as shipped (default ``for:``, thresholds and windows, the
 opt-in hardware group on): tests/stack/rules/*.test.yaml hold the input series and the alerts expected at given
-times. Also: every shipped alert has a unit test, the hardware group is opt-in, and ``forOverride`` (testing only)
-replaces every ``for:``."""
+times. Also: every shipped alert has a unit test, the hardware group is opt-in, ``forOverride`` (testing only)
+replaces every ``for:``, and ``taskRestartWindow`` sets NvdaemonTaskRestarting's window."""
 
 from __future__ import annotations
 
@@ -81,9 +81,24 @@ def test_for_override_replaces_every_for_and_defaults_stay_otherwise() -> None:
     assert {name: r["for"] for name, r in short.items()} == dict.fromkeys(short, "1s")
 
 
+def test_task_restart_window_is_a_value_defaulting_to_15m() -> None:
+    expr = "increase(nodevitals_task_restarts_total[{}]) > 3"
+    shipped = alerts(rule_groups({}))["NvdaemonTaskRestarting"]
+    assert shipped["expr"] == expr.format("15m")
+    short = alerts(rule_groups({"taskRestartWindow": "20s"}))["NvdaemonTaskRestarting"]
+    assert short["expr"] == expr.format("20s")
+    assert "more than 3 times in 20s;" in short["annotations"]["description"]
+
+
 @pytest.mark.parametrize(
     "values",
-    [{"forOverride": "soon"}, {"hardware": {"enabeld": True}}, {"hardware": {"nvmeWearPercent": "ninety"}}],
+    [
+        {"forOverride": "soon"},
+        {"taskRestartWindow": "15 minutes"},
+        {"taskRestartWindow": ""},
+        {"hardware": {"enabeld": True}},
+        {"hardware": {"nvmeWearPercent": "ninety"}},
+    ],
 )
 def test_schema_rejects_bad_prometheus_rule_values(values: dict[str, Any]) -> None:
     with pytest.raises(helm.RenderError, match=re.compile("schema|values", re.I)):

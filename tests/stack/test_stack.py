@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from nvdaemon.goconfig import HISTORY_FILE_IN_DATA_DIR
 from tests.stack.prometheus import REJECTION_COUNTERS, poll
 from tests.stack.scene import GPU_NODE, GPU_POD, HIGH_LOAD, JOB, LOW_LOAD, NODE, POD, Stack, gpu_scenario
 
@@ -257,6 +258,40 @@ def test_tier_stuck_fires_and_resolves(stack: Stack) -> None:
                 os.kill(pid, signal.SIGKILL)
     prom.wait_resolved({"NvdaemonTierStuck"})
     poll(lambda: stack.agent.get("/healthz")[0] == 200, "/healthz 200 again")
+
+
+def test_task_restarting_fires_and_resolves(stack: Stack) -> None:
+    """History turned on (config rewritten, SIGHUP), then its dataDir moved to a path a regular file takes: every
+    start of the history task fails creating that directory, and the supervisor restarts it with backoff (about 0.5,
+    1, 2, 4, 8 s): more than 3 restarts within taskRestartWindow (15s here) fire NvdaemonTaskRestarting. The file
+    removed, the next start runs and the restarts stop; the alert resolves once the window has passed them. History
+    is then turned off again (the stack as the other tests know it).
+
+    The task's series is scraped at 0 before the loop starts, as on an agent scraped long before a task breaks:
+    ``increase`` counts no rise before a series' first sample, and a loop starting with the task would have its
+    first restarts unseen."""
+    prom = stack.prometheus
+    occupied = stack.tmp / "history-occupied"
+    occupied.write_text("not a directory\n")
+    try:
+        stack.reload(history={"enabled": True, "dataDir": str(stack.tmp / "history")})
+        restarts = f'nodevitals_task_restarts_total{{task="history",pod="{POD}"}}'
+        poll(lambda: prom.value(restarts) == 0, "the history task's restarts scraped at 0")
+        stack.reload(history={"enabled": True, "dataDir": str(occupied)})
+        prom.wait_alerts({"NvdaemonTaskRestarting"})
+        (row,) = prom.query('ALERTS{alertname="NvdaemonTaskRestarting",alertstate="firing"}')
+        assert (row["metric"]["task"], row["metric"]["pod"]) == ("history", POD)
+        task = stack.agent.status()["tasks"]["history"]
+        # increase() extrapolates to the window's edges: 3 restarts within it can read as more than 3.
+        assert task["restarts"] >= 3 and task["lastError"].startswith("FileExistsError"), task
+        occupied.unlink()
+        poll(lambda: stack.agent.status()["tasks"]["history"]["state"] == "running", "the history task running")
+        prom.wait_resolved({"NvdaemonTaskRestarting"})
+        assert (occupied / HISTORY_FILE_IN_DATA_DIR).is_file()  # the directory made, the database opened
+    finally:
+        if occupied.is_file():
+            occupied.unlink()
+        stack.reload()
 
 
 RULE_TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "chart" / "templates" / "prometheusrule.yaml"
