@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from pathlib import Path
-from typing import Any
-
-import trio
 
 from nvdaemon.app import Agent
 from nvdaemon.config import parse_config
+from tests.polling import until
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCENARIOS = ROOT / "fixtures" / "nvml"
@@ -27,8 +25,4 @@ def make_agent(tmp_path: Path, extra: str = "", tiers: str = "[gpu]", scenario: 
     return Agent(parse_config(text, "test.yaml", env={}))
 
 
-async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    with trio.fail_after(timeout):
-        while not (result := predicate()):
-            await trio.sleep(0.01)
-        return result
+wait_until = functools.partial(until, timeout=10.0, step=0.01)
