@@ -1,12 +1,91 @@
-"""Suite-wide: the tests run the same inside a Kubernetes pod (a CI runner) as outside one.
+"""Suite-wide: the tests run the same inside a Kubernetes pod (a CI runner) as outside one, and a run that skipped
+tests ends by saying which and why.
 
 ``KUBERNETES_SERVICE_HOST`` makes the agent refuse a config without ``node:`` or ``NODE_NAME`` (the hostname would be
 the pod's name); tests that mean to check that set it themselves. Removed here, before any test or agent subprocess
 reads the environment.
+
+The skip line: every skip of the run (a test's ``pytest.skip``, a ``skipif`` mark, a skipped module) is put in a
+group, one per missing tool (``SKIP_GROUPS``, matched on the skip's reason) or else one per distinct reason, and the
+run ends with ONE line, ``skipped: GROUP (DIRS, N tests): WHY; ...``. Nothing is printed when nothing skipped.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import pytest
 
 os.environ.pop("KUBERNETES_SERVICE_HOST", None)
+
+# (group, pattern on the skip reason, why). The tools `make test` fetches or installs itself where it can
+# (scripts/fetch-helm, scripts/ensure-test-deps); their reasons name the tool.
+SKIP_GROUPS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("helm", re.compile(r"\bhelm\b"), "no helm in .tools or on PATH (scripts/fetch-helm could not fetch it: offline?)"),
+    ("promtool", re.compile(r"\bpromtool\b"), "no promtool on PATH (Debian package prometheus)"),
+    ("prometheus", re.compile(r"\bprometheus not found"), "no prometheus server on PATH (Debian package prometheus)"),
+    (
+        "node_exporter",
+        re.compile(r"node.exporter"),
+        "no prometheus-node-exporter on PATH (Debian package prometheus-node-exporter)",
+    ),
+)
+
+
+@dataclass
+class SkipGroup:
+    why: str
+    places: set[str] = field(default_factory=set)
+    count: int = 0
+
+
+def skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    """The reason pytest shows for a skip: ``longrepr`` is ``(path, line, "Skipped: reason")`` for every skip."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+def place(nodeid: str) -> str:
+    """``tests/deploy`` for a test under a directory, ``tests/test_e2e.py`` for a top-level test file."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else path
+
+
+def group_skips(reports: Iterable[pytest.TestReport | pytest.CollectReport]) -> dict[str, SkipGroup]:
+    groups: dict[str, SkipGroup] = {}
+    for report in reports:
+        reason = skip_reason(report)
+        name, why = next(((g, w) for g, pattern, w in SKIP_GROUPS if pattern.search(reason)), ("other", reason))
+        key = name if name != "other" else f"other: {reason}"
+        group = groups.setdefault(key, SkipGroup(why))
+        group.places.add(place(report.nodeid))
+        group.count += 1
+    return groups
+
+
+def skip_line(reports: Iterable[pytest.TestReport | pytest.CollectReport]) -> str | None:
+    groups = group_skips(reports)
+    if not groups:
+        return None
+    parts = []
+    for key, g in sorted(groups.items(), key=lambda kv: (-kv[1].count, kv[0])):
+        name = key.split(":", 1)[0]
+        noun = "test" if g.count == 1 else "tests"
+        parts.append(f"{name} ({', '.join(sorted(g.places))}, {g.count} {noun}): {g.why}")
+    return "skipped: " + "; ".join(parts)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Here rather than in ``pytest_terminal_summary``: that runs before the ``-ra`` listing and the final counts, and
+    the line is meant to be the last thing a run prints."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if not isinstance(reporter, pytest.TerminalReporter):
+        return
+    line = skip_line(r for r in reporter.stats.get("skipped", []) if r.skipped)
+    if line is not None:
+        reporter.write_line(line, yellow=True, bold=True)

@@ -8,6 +8,7 @@ within the grace period; exits 2 on a broken config with the key path on stderr.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -18,11 +19,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.polling import until_sync
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "faulty.metrics"
@@ -55,14 +58,7 @@ def free_port() -> int:
         return port
 
 
-def wait_for(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = predicate()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+wait_for = functools.partial(until_sync, timeout=20.0)
 
 
 class Agent:

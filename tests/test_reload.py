@@ -26,6 +26,7 @@ from nvdaemon.model import COUNT_LABELS, Sample
 from nvdaemon.supervise import Supervisor
 from nvdaemon.tiers import TierSnapshot
 from tests import test_e2e
+from tests.polling import until
 from tests.test_config_limits import laughs
 from tests.test_e2e import Agent as AgentProcess
 from tests.test_e2e import wait_for
@@ -236,8 +237,6 @@ async def test_sighup_during_start_waits_for_the_start_sequence(
         os.kill(os.getpid(), signal.SIGHUP)
         await trio.sleep(0.2)  # the signal is in; the reload waits for the start sequence (start_tasks)
         agent.started.set()
-        with trio.fail_after(10):
-            while not calls:
-                await trio.sleep(0.01)
+        await until(lambda: calls, "the reload", timeout=10, step=0.01)
         assert calls == [True]
         nursery.cancel_scope.cancel()

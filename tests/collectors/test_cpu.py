@@ -1,16 +1,13 @@
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.base import HostRoots
 from nvdaemon.collectors.cpu import CpuCollector, parse_stat
 from nvdaemon.model import Kind, Sample
-from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, devices, find, fixture_text, value
+from tests.collectors.conftest import FAULTY, HEALTHY, collect, devices, find, value
 
 UTIL = ("cpu_util_pct", "cpu_iowait_pct", "cpu_steal_pct")
 
@@ -164,29 +161,3 @@ def test_old_kernel_short_lines_are_padded() -> None:
     assert stat.times["cpu"] == (10, 0, 5, 85, 0, 0, 0, 0)
     assert stat.counters == {"ctxt": 7}
     assert stat.cpu_count == 1
-
-
-@pytest.mark.parametrize("text", ["", "intr 1 2 3\nctxt 5\n", "cpu 1 2 3\n", "cpu a b c d\n"])
-def test_no_usable_aggregate_line_raises(text: str) -> None:
-    with pytest.raises(ParseError):
-        parse_stat(text)
-
-
-def test_not_present(tmp_path: Path) -> None:
-    with pytest.raises(NotPresent):
-        CpuCollector().gather(HostRoots.under(tmp_path))
-
-
-@given(st.text())
-def test_parse_any_text(text: str) -> None:
-    with contextlib.suppress(ParseError):
-        parse_stat(text)
-
-
-@given(damaged(fixture_text("healthy", "proc/stat")))
-def test_parse_damaged_fixture(text: str) -> None:
-    try:
-        stat = parse_stat(text)
-    except ParseError:
-        return
-    assert all(len(t) == 8 for t in stat.times.values())

@@ -1,17 +1,13 @@
 from __future__ import annotations
 
-import contextlib
 import shutil
-from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.base import HostRoots
 from nvdaemon.collectors.diskstats import DiskStatsCollector, is_whole_disk, parse_diskstats
 from nvdaemon.model import Kind
-from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, devices, find, fixture_text, value
+from tests.collectors.conftest import FAULTY, HEALTHY, collect, devices, find, value
 
 WHOLE = {"nvme0n1", "sda", "dm-0"}
 EVERY = WHOLE | {"nvme0n1p1", "nvme0n1p2", "sda1", "loop0"}
@@ -108,29 +104,3 @@ def test_wrong_field_count_is_malformed() -> None:
     parsed = parse_diskstats("8 0 sda " + " ".join(["1"] * 12) + "\n   8 16 sdb " + " ".join(["2"] * 11) + "\n")
     assert list(parsed.devices) == ["sdb"]
     assert len(parsed.errors) == 1
-
-
-def test_all_malformed_raises(healthy_copy: HostRoots) -> None:
-    (healthy_copy.proc / "diskstats").write_text("this is not\ndiskstats\n")
-    with pytest.raises(ParseError):
-        DiskStatsCollector().gather(healthy_copy)
-
-
-def test_not_present(tmp_path: Path) -> None:
-    with pytest.raises(NotPresent):
-        DiskStatsCollector().gather(HostRoots.under(tmp_path))
-
-
-@given(st.text())
-def test_parse_any_text(text: str) -> None:
-    with contextlib.suppress(ParseError):
-        parse_diskstats(text)
-
-
-@given(damaged(fixture_text("healthy", "proc/diskstats")))
-def test_parse_damaged_fixture(text: str) -> None:
-    try:
-        parsed = parse_diskstats(text)
-    except ParseError:
-        return
-    assert all(len(v) in (11, 15, 17) for v in parsed.devices.values())

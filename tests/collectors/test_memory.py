@@ -1,15 +1,10 @@
 from __future__ import annotations
 
-import contextlib
-from pathlib import Path
-
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from nvdaemon.collectors.base import Gathered, HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.base import Gathered, HostRoots
 from nvdaemon.collectors.memory import MemoryCollector, parse_meminfo
-from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, fixture_text, value
+from tests.collectors.conftest import FAULTY, HEALTHY, collect, value
 
 KIB = 1024
 
@@ -91,30 +86,3 @@ def test_malformed_line_is_an_error_but_the_rest_survives(healthy_copy: HostRoot
 def test_page_counts_are_not_scaled() -> None:
     info = parse_meminfo("MemTotal: 4 kB\nHugePages_Total:      12\n")
     assert info.values == {"MemTotal": 4096, "HugePages_Total": 12}
-
-
-@pytest.mark.parametrize("text", ["", "garbage\n", "MemTotal 123 kB\n"])
-def test_unusable_file_raises(healthy_copy: HostRoots, text: str) -> None:
-    (healthy_copy.proc / "meminfo").write_text(text)
-    with pytest.raises(ParseError):
-        MemoryCollector().gather(healthy_copy)
-
-
-def test_not_present(tmp_path: Path) -> None:
-    with pytest.raises(NotPresent):
-        MemoryCollector().gather(HostRoots.under(tmp_path))
-
-
-@given(st.text())
-def test_parse_any_text(text: str) -> None:
-    with contextlib.suppress(ParseError):
-        parse_meminfo(text)
-
-
-@given(damaged(fixture_text("faulty", "proc/meminfo")))
-def test_parse_damaged_fixture(text: str) -> None:
-    try:
-        info = parse_meminfo(text)
-    except ParseError:
-        return
-    assert all(v >= 0 for v in info.values.values())

@@ -1,16 +1,9 @@
 from __future__ import annotations
 
-import contextlib
-from pathlib import Path
-
-import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.base import HostRoots
 from nvdaemon.collectors.netdev import NetDevCollector, parse_netdev
 from nvdaemon.model import Kind
-from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, fixture_text, value
+from tests.collectors.conftest import FAULTY, HEALTHY, collect, value
 
 METRICS = {
     "net_rx_bytes_total",
@@ -62,32 +55,3 @@ def test_counter_touching_the_colon() -> None:
     parsed = parse_netdev("  eth1:12345678901 2 0 0 0 0 0 0 3 4 0 0 0 0 0 0\n")
     assert parsed.interfaces["eth1"][0] == 12345678901
     assert parsed.interfaces["eth1"][8] == 3
-
-
-HEADER_ONLY = "\n".join(fixture_text("healthy", "proc/net/dev").splitlines()[:2]) + "\n"
-
-
-@pytest.mark.parametrize("text", ["", HEADER_ONLY, "eth0 1 2 3\n", "eth0: 1 2 3\n"])
-def test_no_interface_raises(text: str) -> None:
-    with pytest.raises(ParseError):
-        parse_netdev(text)
-
-
-def test_not_present(tmp_path: Path) -> None:
-    with pytest.raises(NotPresent):
-        NetDevCollector().gather(HostRoots.under(tmp_path))
-
-
-@given(st.text())
-def test_parse_any_text(text: str) -> None:
-    with contextlib.suppress(ParseError):
-        parse_netdev(text)
-
-
-@given(damaged(fixture_text("faulty", "proc/net/dev")))
-def test_parse_damaged_fixture(text: str) -> None:
-    try:
-        parsed = parse_netdev(text)
-    except ParseError:
-        return
-    assert all(len(v) == 16 for v in parsed.interfaces.values())

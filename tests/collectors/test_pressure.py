@@ -1,16 +1,11 @@
 from __future__ import annotations
 
-import contextlib
-from pathlib import Path
-
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
+from nvdaemon.collectors.base import HostRoots
 from nvdaemon.collectors.pressure import PressureCollector, PsiLine, parse_pressure
 from nvdaemon.model import Kind
-from tests.collectors.conftest import FAULTY, HEALTHY, collect, damaged, devices, find, fixture_text, value
+from tests.collectors.conftest import FAULTY, HEALTHY, collect, devices, find, value
 
 
 def test_healthy() -> None:
@@ -54,36 +49,6 @@ def test_truncated_file_is_an_error(healthy_copy: HostRoots) -> None:
     assert "io" not in {s.device for s in samples}
 
 
-def test_all_files_malformed_raises(healthy_copy: HostRoots) -> None:
-    for resource in ("cpu", "memory", "io"):
-        (healthy_copy.proc / "pressure" / resource).write_text("nonsense\n")
-    with pytest.raises(ParseError):
-        PressureCollector().gather(healthy_copy)
-
-
-def test_not_present(tmp_path: Path) -> None:
-    with pytest.raises(NotPresent):
-        PressureCollector().gather(HostRoots.under(tmp_path))
-    (tmp_path / "proc" / "pressure").mkdir(parents=True)
-    with pytest.raises(NotPresent):
-        PressureCollector().gather(HostRoots.under(tmp_path))
-
-
 def test_parse_exact() -> None:
     parsed = parse_pressure("some avg10=1.50 avg60=2.00 avg300=3.25 total=42\n", "cpu")
     assert parsed == {"some": PsiLine(1.5, 2.0, 3.25, 42)}
-
-
-@given(st.text())
-def test_parse_any_text(text: str) -> None:
-    with contextlib.suppress(ParseError):
-        parse_pressure(text, "io")
-
-
-@given(damaged(fixture_text("faulty", "proc/pressure/io")))
-def test_parse_damaged_fixture(text: str) -> None:
-    try:
-        parsed = parse_pressure(text, "io")
-    except ParseError:
-        return
-    assert set(parsed) <= {"some", "full"}

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from pathlib import Path
-from typing import Any
-
-import trio
 
 from nvdaemon.app import Agent
 from nvdaemon.compat.dcgm import pod_attributes, render_dcgm
 from nvdaemon.configload import parse_config
 from nvdaemon.gpu import GpuRuntime, open_gpu
+from tests.polling import until
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCENARIOS = ROOT / "fixtures" / "nvml"
@@ -52,8 +50,4 @@ async def open_agent_gpu(agent: Agent) -> GpuRuntime:
     return start.runtime
 
 
-async def wait_until(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    with trio.fail_after(timeout):
-        while not (result := predicate()):
-            await trio.sleep(0.01)
-        return result
+wait_until = functools.partial(until, timeout=10.0, step=0.01)

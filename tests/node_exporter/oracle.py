@@ -11,7 +11,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from nvdaemon.compat.node_exporter.options import DEFAULTS
 from nvdaemon.compat.node_exporter.surface import collect_once
 from nvdaemon.config import NodeExporterConfig
 from tests.node_exporter.exposition import ParsedFamily, parse, same_value
+from tests.polling import until_sync
 
 BINARY_NAMES = ("prometheus-node-exporter", "node_exporter")
 # Families of node_exporter's own process and build, not of a collector.
@@ -109,18 +109,18 @@ def node_exporter(flags: list[str]) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
-        deadline = time.monotonic() + 20
-        while True:
+
+        def answers() -> bool:
             if proc.poll() is not None:
                 err = proc.stderr.read().decode() if proc.stderr else ""
                 raise RuntimeError(f"node_exporter exited with {proc.returncode}: {err[-2000:]}")
             try:
                 scrape(url, timeout=2)
-                break
+                return True
             except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                return False
+
+        until_sync(answers, f"node_exporter on {url}", timeout=20)
         yield url
     finally:
         proc.terminate()

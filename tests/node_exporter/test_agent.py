@@ -11,7 +11,6 @@ import contextlib
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from tests.node_exporter.oracle import (
     textfile_dir,
     theirs,
 )
+from tests.polling import until_sync
 
 GPUNODE = HOSTS / "gpunode"
 ALL = sorted(DEFAULTS)
@@ -97,18 +97,16 @@ def agent_metrics(tmp_path: Path, host: Path) -> Iterator[str]:
     cmd = [sys.executable, "-m", "nvdaemon", "run", "--host-root", str(host), "--config", str(config)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
-        deadline = time.monotonic() + 30
         url = f"http://127.0.0.1:{port}/metrics"
-        while True:  # the first core cycle has run once a node_scrape_collector_success series is there
-            try:
-                text = scrape(url)
-                if "node_scrape_collector_success" in text:
-                    break
-            except OSError:
-                pass
+
+        def first_cycle_ran() -> bool:  # once a node_scrape_collector_success series is there
             assert proc.poll() is None, (tmp_path / "agent.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no node_* families on /metrics"
-            time.sleep(0.05)
+            try:
+                return "node_scrape_collector_success" in scrape(url)
+            except OSError:
+                return False
+
+        until_sync(first_cycle_ran, "node_* families on /metrics", timeout=30)
         yield url
     finally:
         proc.terminate()

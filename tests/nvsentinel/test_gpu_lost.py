@@ -5,6 +5,7 @@ reconciler on the same stateDir; a socket path whose stat fails other than "not 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.sinks.nvsentinel import Reconciler
 from tests.nvsentinel.conftest import MakeReconciler
 from tests.nvsentinel.connector import FakeConnector
+from tests.polling import until
 from tests.test_e2e import ROOT
 
 CHECK = "NvdaemonGpuFallenOff"
@@ -212,11 +214,7 @@ def gpu_agent(tmp_path: Path, socket_path: Path, token_file: Path, scenario: Pat
     return Agent(parse_config(text, "t.yaml", env={}))
 
 
-async def wait_until(predicate: Any, timeout: float = 15.0) -> Any:
-    with trio.fail_after(timeout):
-        while not (result := predicate()):
-            await trio.sleep(0.02)
-        return result
+wait_until = functools.partial(until, timeout=15.0)
 
 
 async def test_a_lost_gpu_without_an_xid_turns_the_condition_true_and_false_when_it_answers(

@@ -3,6 +3,7 @@ not retried (connection reset, broken pipe)."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,9 @@ from nvdaemon.supervise import Supervisor
 from tests.nvsentinel.conftest import MakeReconciler
 from tests.nvsentinel.connector import FakeConnector
 from tests.nvsentinel.test_reconciler import HOT, active, sync
+from tests.polling import until
 
-
-async def wait_until(predicate: Any, timeout: float = 10.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
+wait_until = functools.partial(until, timeout=10.0)
 
 
 async def test_xid_events_from_the_bus_raise_the_gpu_condition(

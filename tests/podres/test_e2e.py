@@ -5,6 +5,7 @@ the test receiver, and by ``nvdaemon tail`` on the live stream."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import logging
@@ -12,7 +13,6 @@ import re
 import shutil
 import subprocess
 import urllib.request
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from nvdaemon.tail import Options, Tail
 from tests.gpu.conftest import HEALTHY
 from tests.gpu.test_dcgm import GOLDEN, INHERENT
 from tests.podres.kubelet import TestKubelet, pod
+from tests.polling import until
 from tests.sinks.helpers import SECRET
 from tests.sinks.receiver import Receiver
 
@@ -61,14 +62,7 @@ def get(url: str) -> str:
         return str(resp.read().decode())
 
 
-async def wait_for(what: str, predicate: Callable[[], Awaitable[Any]], timeout: float = 20.0) -> Any:
-    try:
-        with trio.fail_after(timeout):
-            while not (result := await predicate()):
-                await trio.sleep(0.05)
-    except trio.TooSlowError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-    return result
+wait_for = functools.partial(until, timeout=20.0, step=0.05)
 
 
 def series(text: str, family: str, gpu: int) -> list[str]:
@@ -105,7 +99,7 @@ async def test_pods_on_dcgm_series_and_events_through_kubelet_failures(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(agent.run)
-            await wait_for("ready", _async(lambda: agent.ready))
+            await wait_for(lambda: agent.ready, "ready")
             base = agent.bound[0]
             assert agent.gpu is not None and isinstance(agent.gpu.backend, FakeNvml)
             fake = agent.gpu.backend
@@ -118,7 +112,7 @@ async def test_pods_on_dcgm_series_and_events_through_kubelet_failures(
                     m = await metrics()
                     return m if all(n in m for n in needles) and not any(n in m for n in without) else None
 
-                result: str = await wait_for(f"/metrics with {needles} without {without}", ok)
+                result: str = await wait_for(ok, f"/metrics with {needles} without {without}")
                 return result
 
             async def failures_at_least(reason: str, n: int) -> None:
@@ -128,7 +122,7 @@ async def test_pods_on_dcgm_series_and_events_through_kubelet_failures(
                     )
                     return found is not None and float(found[1]) >= n
 
-                await wait_for(f"{n} {reason} failures", ok)
+                await wait_for(ok, f"{n} {reason} failures")
 
             # ---- labels: a whole GPU, a time-sliced one shared by two containers, one by index, a MIG slice
             m = await metrics_with('pod="train"', "nodevitals_podresources_up 1.0")
@@ -158,7 +152,7 @@ async def test_pods_on_dcgm_series_and_events_through_kubelet_failures(
                 found: dict[str, Any] | None = detail.get("podAttribution")
                 return found if found and found["up"] else None
 
-            status = await wait_for("pod attribution in /v1/status", attribution_status)
+            status = await wait_for(attribution_status, "pod attribution in /v1/status")
             assert status["holders"]["gpu7"] == [{"namespace": "mig", "pod": "slice", "container": "main"}]
 
             # ---- an XID on the shared GPU names both holders: webhook (verified) and nvdaemon tail
@@ -172,30 +166,26 @@ async def test_pods_on_dcgm_series_and_events_through_kubelet_failures(
 
             nursery.start_soon(run_tail)
             fake.inject_xid(1, 79)
-            (xid,) = await wait_for("the XID on the webhook", _async(lambda: events("gpu_xid_error")))
+            (xid,) = await wait_for(lambda: events("gpu_xid_error"), "the XID on the webhook")
             assert xid["device"] == "gpu1" and xid["detail"]["pods"] == [
                 {"namespace": "ml", "pod": "shared-a", "container": "worker"},
                 {"namespace": "ml", "pod": "shared-b", "container": "worker"},
             ]
-            await wait_for(
-                "the tail line", _async(lambda: "pods=ml/shared-a/worker,ml/shared-b/worker" in out.getvalue())
-            )
+            await wait_for(lambda: "pods=ml/shared-a/worker,ml/shared-b/worker" in out.getvalue(), "the tail line")
             tail_scope.cancel()
 
             # ---- a rule on GPU 0: the ENTER names its holder; the EXIT names it too, after the pod left
             fake.set_reading(0, "temperature_gpu", 70)
-            (enter,) = await wait_for("gpu_hot ENTER", _async(lambda: events("gpu_hot")))
+            (enter,) = await wait_for(lambda: events("gpu_hot"), "gpu_hot ENTER")
             train = [{"namespace": "ml", "pod": "train", "container": "main"}]
             assert enter["phase"] == "ENTER" and enter["detail"]["pods"] == train
             engine_file = tmp_path / "state" / "engine.json"
-            await wait_for(
-                "pods persisted", _async(lambda: engine_file.exists() and '"pods":[{' in engine_file.read_text())
-            )
+            await wait_for(lambda: engine_file.exists() and '"pods":[{' in engine_file.read_text(), "pods persisted")
             kubelet.set_pods(SHARED_A, SHARED_B, BY_INDEX, MIG_SLICE, LATE)  # train went, late came
             m = await metrics_with('pod="late"', without=('pod="train"',))
             assert "container=" not in series(m, "DCGM_FI_DEV_GPU_TEMP", 0)[0]
             fake.set_reading(0, "temperature_gpu", 41)
-            await wait_for("gpu_hot EXIT", _async(lambda: len(events("gpu_hot")) == 2))
+            await wait_for(lambda: len(events("gpu_hot")) == 2, "gpu_hot EXIT")
             assert events("gpu_hot")[1]["phase"] == "EXIT" and events("gpu_hot")[1]["detail"]["pods"] == train
 
             # ---- garbage: attribution off (labels gone, events without pods), counted, logged once
@@ -203,7 +193,7 @@ async def test_pods_on_dcgm_series_and_events_through_kubelet_failures(
             m = await metrics_with("nodevitals_podresources_up 0.0", without=('pod="late"',))
             await failures_at_least("garbage", 3)
             fake.inject_xid(0, 13)
-            await wait_for("second XID", _async(lambda: len(events("gpu_xid_error")) == 2))
+            await wait_for(lambda: len(events("gpu_xid_error")) == 2, "second XID")
             assert "pods" not in events("gpu_xid_error")[1]["detail"]
             kubelet.set_mode("ok")
             await metrics_with('pod="late"', "nodevitals_podresources_up 1.0")
@@ -231,13 +221,6 @@ async def test_pods_on_dcgm_series_and_events_through_kubelet_failures(
     # "refused" for a moment before its socket is gone.
     assert reasons.count("garbage") == 1 and reasons.count("timeout") == 1, reasons
     assert reasons[:2] == ["garbage", "timeout"] and reasons[-1] == "missing", reasons
-
-
-def _async(fn: Callable[[], Any]) -> Callable[[], Awaitable[Any]]:
-    async def call() -> Any:
-        return fn()
-
-    return call
 
 
 def promtool(text: str) -> None:

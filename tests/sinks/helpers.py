@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import functools
 import os
 import sqlite3
 import time
@@ -23,6 +24,7 @@ from nvdaemon.model import Event, Phase
 from nvdaemon.sinks.spool import SpoolDB
 from nvdaemon.sinks.spool_io import Spool
 from nvdaemon.sinks.webhook import WebhookEndpoint
+from tests import polling
 
 T = TypeVar("T")
 
@@ -73,10 +75,7 @@ async def running(
         nursery.cancel_scope.cancel()
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 15.0, step: float = 0.01) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(step)
+until = functools.partial(polling.until, timeout=15.0, step=0.01)
 
 
 class Faults:

@@ -24,6 +24,8 @@ from typing import Any
 from cloudevents.core.bindings.http import HTTPMessage, from_http_event
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from tests.polling import until_sync
+
 Behaviour = int | tuple[int, dict[str, str]] | str
 
 
@@ -125,11 +127,9 @@ class Receiver:
             return [int(r.data["seq"]) for r in self.received if r.data is not None]
 
     def wait(self, predicate: Callable[[Receiver], bool], timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate(self):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"receiver: timed out; got {self.ids()}")
-            time.sleep(0.02)
+        until_sync(
+            lambda: predicate(self), lambda: f"the receiver's condition; got {self.ids()}", timeout=timeout, step=0.02
+        )
 
     # ---- the handler ----------------------------------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:

@@ -4,8 +4,8 @@ delivered + counted drops (nothing is delivered here: the receiver's loopback po
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from nvdaemon.configload import parse_config
 from nvdaemon.sinks.spool import FILE, SpoolDB
 from nvdaemon.sinks.webhook import WebhookEndpoint
 from nvdaemon.supervise import Supervisor
+from tests import polling
 
 from ..test_e2e import free_port
 from .helpers import SECRET, disk_full, event
@@ -45,10 +46,7 @@ def dropped_ids(caplog: pytest.LogCaptureFixture) -> dict[str, set[str]]:
     return out
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
+until = functools.partial(polling.until, timeout=20.0)
 
 
 def spooled(state_dir: Path) -> dict[str, set[str]]:

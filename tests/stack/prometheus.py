@@ -4,6 +4,7 @@ API (urllib to 127.0.0.1)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -11,13 +12,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.polling import until_sync
 from tests.test_e2e import free_port
 
 # Prometheus's own counters of samples it refused from a scrape (all must stay 0).
@@ -33,17 +34,8 @@ REJECTION_COUNTERS = (
 )
 
 
-def poll(predicate: Callable[[], Any], what: str, timeout: float = 30.0, every: float = 0.25) -> Any:
-    """``predicate()`` until it returns something true (then that), or AssertionError naming ``what``. Polls
-    gently: every call may be an HTTP query, and the machine is shared."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(every)
+# Gently: every call may be an HTTP query, and the machine is shared.
+poll = functools.partial(until_sync, timeout=30.0, step=0.25)
 
 
 def require_prometheus() -> str:

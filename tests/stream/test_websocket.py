@@ -15,6 +15,7 @@ import trio
 import trio_websocket
 
 from nvdaemon.model import Phase
+from tests.polling import until
 from tests.stream.harness import Server, make_event, metric_value, nothing_more, receive, running
 
 
@@ -206,9 +207,7 @@ async def test_client_that_never_reads_is_aborted_by_the_kernel(tmp_path: Path) 
             b"GET /v1/events HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
             b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n"
         )
-        with trio.fail_after(5):
-            while not srv.hub.clients:
-                await trio.sleep(0.01)
+        await until(lambda: srv.hub.clients, "the client in the hub", timeout=5, step=0.01)
         (client,) = srv.hub.clients
         await srv.publish([make_event(i) for i in range(3000)], batch=20)
         assert srv.hub.disconnects["slow"] == 1
@@ -321,8 +320,6 @@ async def test_clients_are_closed_with_1001_on_shutdown_after_pending_events(tmp
             for ev in events:
                 srv.agent.bus.publish(ev)  # still in the hub's bus channel when the shutdown starts
         # Leaving `running` stopped the hub, then hypercorn, as Agent.run does.
-        with trio.fail_after(5):
-            while not closed:
-                await trio.sleep(0.01)
+        await until(lambda: closed, "the close frame", timeout=5, step=0.01)
     assert got == [e.id for e in events]
     assert closed[0] is not None and closed[0].code == 1001

@@ -1,0 +1,71 @@
+"""The line a run ends with when it skipped tests (tests/conftest.py): pytest itself, in a subprocess, on a few real
+tests, with a PATH that lacks promtool and node_exporter, so they skip for the reasons a newcomer's machine gives."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import skip_line
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMTOOL = "tests/stack/test_promtool.py::test_promtool_rule_unit_tests"
+NODE_EXPORTER = "tests/node_exporter/test_misc_group.py::test_matches_node_exporter_on_tricky_input"
+PASSES = "tests/test_polling.py::test_until_sync_returns_and_times_out"
+
+
+def pytest_run(tmp_path: Path, *tests: str) -> list[str]:
+    """The output lines of ``pytest -q TESTS`` with PATH holding nothing but an empty directory."""
+    empty = tmp_path / "bin"
+    empty.mkdir(exist_ok=True)
+    env = {**os.environ, "PATH": str(empty)}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout.splitlines()
+
+
+def test_one_line_names_every_skipped_group_with_where_how_many_and_why(tmp_path: Path) -> None:
+    out = pytest_run(tmp_path, PROMTOOL, NODE_EXPORTER, PASSES)
+    lines = [line for line in out if line.startswith("skipped: ")]
+    assert lines == out[-1:], out  # one line, the last
+    final = re.search(r"(\d+) passed, (\d+) skipped", out[-2])
+    assert final is not None, out[-2]
+    assert final[1] == "1"
+    groups = dict(re.findall(r"(\w+) \(([^)]*)\): ", lines[0]))
+    assert set(groups) == {"node_exporter", "promtool"}, lines[0]
+    assert groups["promtool"] == "tests/stack, 1 test"
+    assert re.fullmatch(r"tests/node_exporter, \d+ tests", groups["node_exporter"])
+    counted = sum(int(m) for m in re.findall(r", (\d+) tests?\)", lines[0]))
+    assert counted == int(final[2])  # every skip of the run is in the line, no more
+    assert "no promtool on PATH (Debian package prometheus)" in lines[0]
+    assert "no prometheus-node-exporter on PATH" in lines[0]
+
+
+def test_no_line_when_nothing_skipped(tmp_path: Path) -> None:
+    out = pytest_run(tmp_path, PASSES)
+    assert not [line for line in out if line.startswith("skipped")], out
+    assert re.search(r"\b1 passed\b", out[-1]), out[-1]
+
+
+def test_other_reasons_are_kept_apart_and_verbatim() -> None:
+    reports = [
+        fake_report("tests/sinks/test_spool_full_disk.py::test_a", "mounting a tmpfs needs root"),
+        fake_report("tests/sinks/test_spool_full_disk.py::test_b", "mounting a tmpfs needs root"),
+        fake_report("tests/test_e2e.py::test_c", "promtool not installed (Debian package prometheus)"),
+        fake_report("tests/podres/test_permission.py::test_d", "needs root and setpriv"),
+    ]
+    assert skip_line(reports) == (
+        "skipped: other (tests/sinks, 2 tests): mounting a tmpfs needs root; "
+        "other (tests/podres, 1 test): needs root and setpriv; "
+        "promtool (tests/test_e2e.py, 1 test): no promtool on PATH (Debian package prometheus)"
+    )
+
+
+def fake_report(nodeid: str, reason: str) -> pytest.TestReport:
+    return pytest.TestReport(nodeid, ("", 0, nodeid), {}, "skipped", ("file.py", 1, f"Skipped: {reason}"), "setup")
