@@ -185,9 +185,11 @@ async def test_signal_watcher_survives_an_unexpected_error_in_a_reload(
         await nursery.start(agent.watch_signals)
         for n in (1, 2):
             os.kill(os.getpid(), signal.SIGHUP)
-            with trio.fail_after(10):
-                while agent.reload_failures < n:
-                    await trio.sleep(0.01)
+
+            def rejected(count: int = n) -> bool:
+                return agent.reload_failures >= count
+
+            await until(rejected, f"reload {n} rejected", timeout=10, step=0.01)
         os.kill(os.getpid(), signal.SIGTERM)
         with trio.fail_after(10):
             await agent.stopping.wait()

@@ -17,6 +17,7 @@ from nvdaemon.history.service import HistorySink
 from nvdaemon.history.store import HistoryStore
 from nvdaemon.supervise import Supervisor
 from tests.history.helpers import T0, Wall, make_agent, make_sink, serving, snap, temps
+from tests.polling import until
 
 ALL = Query(None, None, None, None)
 
@@ -41,8 +42,7 @@ async def test_loop_writes_each_window_after_it_ends(tmp_path: Path, autojump_cl
         # Windows without samples write nothing: a gap, not an invented point.
         sink.ingest(temps("gpu0", (30.0, T0 + 1250)))
         # A worker thread lets the mock clock jump, so wait for the loop's own flush rather than a fixed time.
-        while (sink.last_flush_at or 0) < T0 + 1500:
-            await trio.sleep(1)
+        await until(lambda: (sink.last_flush_at or 0) >= T0 + 1500, "the flush of T0+1500", timeout=3600, step=1)
         assert await points(sink) == [
             (T0 + 300, 50.0, 40.0, 60.0),
             (T0 + 600, 10.0, 10.0, 10.0),
@@ -198,10 +198,9 @@ async def test_a_full_state_dir_keeps_the_windows_for_the_next_flush_not_a_task_
         monkeypatch.setattr(HistoryStore, "write", full)
         sink.ingest(temps("gpu0", (40.0, T0 + 1), (60.0, T0 + 301)))  # two windows
         # A worker thread lets the mock clock jump: wait for the loop's flushes rather than a fixed time.
-        while sink.flushes_refused < 2:  # two refused flushes: the task goes on, the windows stay
-            await trio.sleep(1)
+        # Two refused flushes: the task goes on, the windows stay.
+        await until(lambda: sink.flushes_refused >= 2, "two refused flushes", timeout=3600, step=1)
         assert sink.last_error is not None and sink.store is not None and len(sink.windows.open) == 2
         monkeypatch.setattr(HistoryStore, "write", write)
-        while sink.flushes_refused:
-            await trio.sleep(1)
+        await until(lambda: not sink.flushes_refused, "a flush accepted again", timeout=3600, step=1)
         assert await points(sink) == [(T0 + 300, 40.0, 40.0, 40.0), (T0 + 600, 60.0, 60.0, 60.0)]

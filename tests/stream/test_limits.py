@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio_websocket
 
+from tests.polling import until
 from tests.stream.harness import Server, make_event, receive, running
 
 CAP = 4096
@@ -111,9 +112,7 @@ async def test_unfinished_fragmented_messages_are_cut_off_with_1009(tmp_path: Pa
                     nursery.start_soon(hostile)
         assert len(outcomes) == 5
         assert all(close_code(data) == 1009 for _, data in outcomes)
-        with trio.fail_after(10):
-            while srv.hub.clients:
-                await trio.sleep(0.05)
+        await until(lambda: not srv.hub.clients, "the hostile clients gone from the hub", timeout=10, step=0.05)
         await srv.publish([make_event(1)])
         async with srv.connect(replay=1) as ws:
             assert (await receive(ws, 1))[0]["data"]["seq"] == 1

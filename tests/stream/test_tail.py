@@ -24,6 +24,7 @@ from nvdaemon.model import Phase
 from nvdaemon.sinks.cloudevent import encode
 from nvdaemon.sinks.stream import CLOSE_TRY_AGAIN_LATER
 from nvdaemon.tail import Options, Tail, format_line
+from tests.polling import until
 from tests.stream.harness import free_port, make_event, running
 from tests.test_e2e import CONFIG, ROOT, Agent, wait_for
 
@@ -53,9 +54,7 @@ async def test_reconnect_resumes_after_the_last_printed_event(tmp_path: Path) ->
         tail = Tail(Options(url=f"http://{srv.host}:{srv.port}", json=True, replay=2), out, err)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(tail.run)
-            with trio.fail_after(5):
-                while out.getvalue().count("\n") < 2:
-                    await trio.sleep(0.01)
+            await until(lambda: out.getvalue().count("\n") >= 2, "two lines printed", timeout=5, step=0.01)
             # The hub drops the client (as it does a slow one) while events keep coming.
             middle = [make_event(i) for i in range(3, 8)]
             await srv.publish(middle[:2])
@@ -63,9 +62,7 @@ async def test_reconnect_resumes_after_the_last_printed_event(tmp_path: Path) ->
             (client,) = srv.hub.clients
             srv.hub._drop(client, CLOSE_TRY_AGAIN_LATER, "test", "slow")
             await srv.publish(middle[2:])  # published while it is away: replayed from its cursor
-            with trio.fail_after(10):
-                while out.getvalue().count("\n") < 7:
-                    await trio.sleep(0.01)
+            await until(lambda: out.getvalue().count("\n") >= 7, "seven lines printed", timeout=10, step=0.01)
             await trio.sleep(0.3)
             nursery.cancel_scope.cancel()
     printed = [json.loads(line)["id"] for line in out.getvalue().splitlines()]

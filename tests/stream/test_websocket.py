@@ -258,9 +258,7 @@ async def test_the_65th_client_is_refused_with_503_before_the_upgrade(tmp_path: 
         assert srv.hub.disconnects["full"] == 1 and len(srv.hub.clients) == 64
         # One leaves: a newcomer gets in.
         await clients[0].aclose()
-        with trio.fail_after(5):
-            while len(srv.hub.clients) > 63:
-                await trio.sleep(0.01)
+        await until(lambda: len(srv.hub.clients) <= 63, "the closed client gone from the hub", timeout=5, step=0.01)
         async with srv.connect(replay=1):
             assert len(srv.hub.clients) == 64
         nursery.cancel_scope.cancel()
