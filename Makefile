@@ -35,9 +35,10 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
-# The reference node_exporter (Debian's prometheus-node-exporter) is installed first where that is possible.
+# The reference node_exporter (Debian's prometheus-node-exporter) is installed first where that is possible (the same
+# script as `make test`'s, services not started).
 bench: $(STAMP)
-	scripts/ensure-node-exporter
+	scripts/ensure-test-deps
 	$(BIN)/python -m bench $(ARGS)
 
 # The agent under chaos for SOAK_SECONDS (faults, flapping receivers, SIGHUP, a SIGKILL), then a PASS/FAIL verdict

@@ -148,7 +148,7 @@ def test_metrics_match_golden_and_pass_promtool(agent: Agent) -> None:
     assert stable_lines(text) == GOLDEN.read_text(), "exposition drifted; NVDAEMON_UPDATE_GOLDEN=1 regenerates"
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.skip("promtool not installed (Debian package prometheus); .ci/run installs it")
+        pytest.skip("promtool not installed (Debian package prometheus); make test installs it as root")
     check = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, check=False)
     assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
     code, took = agent.stop()

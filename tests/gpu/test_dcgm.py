@@ -60,7 +60,7 @@ async def test_dcgm_surface_matches_golden_and_promtool_finds_only_dcgm_exporter
     assert full.endswith(body)
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.skip("promtool not installed (Debian package prometheus); .ci/run installs it")
+        pytest.skip("promtool not installed (Debian package prometheus); make test installs it as root")
     check = subprocess.run([promtool, "check", "metrics"], input=full, capture_output=True, check=False)
     findings = [line for line in (check.stdout + check.stderr).decode().splitlines() if line.strip()]
     assert check.returncode in (0, 3), findings  # 3: lint findings only, the exposition parsed

@@ -226,7 +226,7 @@ async def test_pods_on_dcgm_series_and_events_through_kubelet_failures(
 def promtool(text: str) -> None:
     tool = shutil.which("promtool")
     if tool is None:
-        pytest.skip("promtool not installed (Debian package prometheus); .ci/run installs it")
+        pytest.skip("promtool not installed (Debian package prometheus); make test installs it as root")
     check = subprocess.run([tool, "check", "metrics"], input=text.encode(), capture_output=True, check=False)
     findings = [line for line in (check.stdout + check.stderr).decode().splitlines() if line.strip()]
     assert check.returncode in (0, 3), findings  # 3: lint findings only, the exposition parsed

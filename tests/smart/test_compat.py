@@ -224,7 +224,7 @@ def test_go_float_and_flags() -> None:
 def test_promtool_finds_only_what_it_finds_in_smartctl_exporter(standin: Standin) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.skip("promtool not installed (Debian package prometheus; .ci/run installs it)")
+        pytest.skip("promtool not installed (Debian package prometheus; make test installs it as root)")
     c, reports = fixture_reports(standin)
     text = render_reports(reports, c.discovered_labels())
     out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30, check=False)
