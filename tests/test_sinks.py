@@ -183,6 +183,22 @@ def test_a_fingerprint_is_what_the_sink_was_built_from(
     assert {name for name in before if rebuilt[name] != before[name]} == changed
 
 
+def test_a_stream_ping_change_replaces_the_hub(tmp_path: Path) -> None:
+    """The websocket routes read pingSeconds from the running hub: a reload changing only it must replace the hub."""
+
+    def hub_fingerprint(extra: str) -> Hashable:
+        agent = Agent(parse_config(f"stateDir: {tmp_path}\n{extra}", "t.yaml", env={}))
+        (hub,) = [s for s in build_sinks(agent.sink_context()) if s.name == "stream"]
+        return hub.fingerprint()
+
+    assert hub_fingerprint("sinks: {stream: {pingSeconds: 30}}\n") == hub_fingerprint(
+        "sinks: {stream: {pingSeconds: 30}}\n"
+    )
+    assert hub_fingerprint("sinks: {stream: {pingSeconds: 30}}\n") != hub_fingerprint(
+        "sinks: {stream: {pingSeconds: 5}}\n"
+    )
+
+
 async def test_typed_handles_follow_the_sinks(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     agent = Agent(parse_config(f"stateDir: {tmp_path}\nhistory: {{enabled: true}}\n", "t.yaml", env={}))
     async with trio.open_nursery() as nursery:

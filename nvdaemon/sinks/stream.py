@@ -175,7 +175,9 @@ class StreamHub(BusSubscriber, ObservableDefaults):
     # ---- the sink protocols ---------------------------------------------------------------------------------
     def fingerprint(self) -> Hashable:
         c = self.config
-        return ("stream", c.buffer_size, c.max_clients, c.client_queue)
+        # pingSeconds too: the websocket routes take it from the running hub, so a reload that changes it must
+        # replace the hub (its clients reconnect and resume from their cursor) or it would never take effect.
+        return ("stream", c.buffer_size, c.max_clients, c.client_queue, c.ping_seconds)
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.running = True

@@ -100,4 +100,6 @@ def test_smart_tier_end_to_end(agent: Agent, tmp_path: Path) -> None:
     code, took = agent.stop()
     assert code == 0 and took < GRACE
     if promtool is None:
-        pytest.skip("promtool not installed (Debian package prometheus; make test installs it as root): exposition unchecked")
+        pytest.skip(
+            "promtool not installed (Debian package prometheus; make test installs it as root): exposition unchecked"
+        )

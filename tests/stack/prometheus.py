@@ -41,7 +41,9 @@ poll = functools.partial(until_sync, timeout=30.0, step=0.25)
 def require_prometheus() -> str:
     path = shutil.which("prometheus")
     if path is None:
-        pytest.skip("prometheus not found (Debian package prometheus; make test installs it as root): stack tests not run")
+        pytest.skip(
+            "prometheus not found (Debian package prometheus; make test installs it as root): stack tests not run"
+        )
     return path
 
 

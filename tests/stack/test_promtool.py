@@ -33,7 +33,9 @@ def alerts(groups: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_promtool_rule_unit_tests(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.skip("promtool not found (Debian package prometheus; make test installs it as root): alert unit tests not run")
+        pytest.skip(
+            "promtool not found (Debian package prometheus; make test installs it as root): alert unit tests not run"
+        )
     groups = rule_groups({"hardware": {"enabled": True}})
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
     files = sorted(RULE_TESTS.glob("*.test.yaml"))
