@@ -92,6 +92,8 @@ def test_sigkill_with_a_backlog_then_restart_delivers_everything_in_order(
         # The load falls: load_high EXITs (exitFor 2), delivered live.
         (host / "proc" / "loadavg").write_text("0.50 0.40 0.30 2/1310 223344\n")
         wait_for(lambda: any(r.data and r.data["phase"] == "EXIT" for r in rx.received), "load_high EXIT delivered")
+        # The receiver records the EXIT before the agent has its 2xx and takes it off the spool.
+        wait_for(lambda: agent.status()["sinks"][sink]["backlog"] == 0, "backlog 0 after the EXIT")
         status, body = agent.get("/metrics")
         assert status == 200
         text = body.decode()
