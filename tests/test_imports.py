@@ -102,7 +102,7 @@ def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
 
 
 CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
-    "core": ({"tiers": ["core"]}, GRPC + SMART + NVML + WEBHOOK_HISTORY),
+    "core": ({"tiers": ["core"]}, GRPC + SMART + NVML + WEBHOOK_HISTORY + ("trio_websocket",)),
     "core-nodeexporter": ({"tiers": ["core"], "nodeExporter": {"enabled": True}}, GRPC + SMART + NVML),
     "gpu-dcgm": (
         {
