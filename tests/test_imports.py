@@ -5,12 +5,15 @@ Each case runs ``nvdaemon run`` (``nvdaemon.cli.main``) as a real subprocess on 
 /readyz is 200 (every tier has ticked) and /metrics and /v1/status have been served, stops it with SIGTERM, and reads
 the ``sys.modules`` it ended with. A pod without NVSentinel or pod attribution never loads grpc or protobuf; a core
 pod without webhooks or history never loads httpx or sqlite3; the core tier never loads pySMART or nvidia-ml-py.
+And the agent's threads share at most ``MALLOC_ARENAS`` glibc malloc arenas (``nvdaemon.cli.cap_malloc_arenas``).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -22,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from nvdaemon.cli import MALLOC_ARENAS
 from tests.polling import until_sync
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,3 +123,39 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
 def test_agent_loads_only_what_its_config_uses(tmp_path: Path, case: str) -> None:
     config, absent = CASES[case]
     assert _loaded(modules_of_agent(tmp_path, config), absent) == []
+
+
+# Eight threads that each hold a malloc'd block, then glibc's own count of its arenas (malloc_stats, on stderr).
+ARENAS = """
+import ctypes, sys, threading
+from nvdaemon.cli import cap_malloc_arenas
+if sys.argv[1] == "cap":
+    assert cap_malloc_arenas()
+held, ready, done = [], threading.Barrier(9), threading.Event()
+def work():
+    held.append(bytearray(100_000))  # over pymalloc's limit, under the mmap threshold: from the thread's arena
+    ready.wait()
+    done.wait()
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads:
+    t.start()
+ready.wait()
+ctypes.CDLL(None).malloc_stats()
+done.set()
+for t in threads:
+    t.join()
+"""
+
+
+def _arenas(mode: str) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    cmd = [sys.executable, "-c", ARENAS, mode]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return sum(1 for line in proc.stderr.splitlines() if line.startswith("Arena "))
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc arenas are glibc's")
+def test_malloc_arenas_are_capped_for_the_agents_threads() -> None:
+    assert _arenas("nocap") > MALLOC_ARENAS  # the test sees what it means to: a thread each, uncapped
+    assert _arenas("cap") <= MALLOC_ARENAS
