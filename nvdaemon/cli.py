@@ -113,9 +113,9 @@ def cap_malloc_arenas() -> bool:
     """At most MALLOC_ARENAS glibc malloc arenas for the agent's threads (the environment's MALLOC_ARENA_MAX wins).
 
     glibc gives each thread that allocates its own arena, up to 8 per core, and each keeps the pages it touched: with
-    the worker threads of the tier loops and sinks that measured 0.5 MiB (core pod) to 1.3 MiB (singlePod) of peak
-    RSS (bench/rss.py). The threads mostly wait on reads, so they rarely contend for an arena. Called before any
-    thread starts; False where it did nothing (set in the environment, or not glibc)."""
+    the worker threads of the tier loops and sinks that measured about 0.5 MiB (a one-tier pod) and 1.3-2.4 MiB
+    (singlePod) of peak RSS (bench/rss.py). The threads mostly wait on reads, so they rarely contend for an arena.
+    Called before any thread starts; False where it did nothing (set in the environment, or not glibc)."""
     if "MALLOC_ARENA_MAX" in os.environ:
         return False
     import ctypes
