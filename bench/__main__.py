@@ -8,6 +8,7 @@ Each reference is measured in the same run, on the same machine:
   node_exporter surface) and of Debian's node_exporter on ``fixtures/hosts/gpunode`` (target ratio <= 0.25);
 - ``bench/steady.py``: CPU seconds per hour (1 s interval scaled to 15 s) and peak RSS with every tier and sink on,
   against node_exporter scraped at the same rate (targets: ratio <= 1, RSS <= 64 MiB);
+- ``bench/rss.py``: peak RSS of each pod shape the chart renders, and of the core pod with a full spool (<= 64 MiB);
 - ``bench/latency.py``: a fixture change -> ENTER at a webhook receiver, a websocket client and the NVSentinel
   connector, from the start of the tick that saw it (target p99 <= 50 ms);
 - ``bench/stream.py``, ``bench/webhook.py``, ``bench/history.py``: the delivery and storage figures;
@@ -116,13 +117,14 @@ def history() -> tuple[list[Row], dict[str, Any]]:
 
 
 def sections() -> list[tuple[str, str, Section]]:
-    from bench import floor, latency, probes, scrape, steady
+    from bench import floor, latency, probes, rss, scrape, steady
 
     return [
         ("floor", "core-tier cycle CPU against reading the same files ...", floor.run),
         ("render", "/metrics render cost, uncached ...", render_cost),
         ("scrape", f"/metrics: {scrape.SCRAPES} interleaved scrapes of ours and of node_exporter ...", scrape.run),
         ("steady", f"steady cost over {steady.seconds():g} s, all tiers and sinks, and node_exporter ...", steady.run),
+        ("rss", f"peak RSS of each pod shape the chart renders, {rss.TICKS} ticks each ...", rss.run),
         ("latency", f"event latency over {latency.CHANGES} fixture changes ...", latency.run),
         ("stream", "/v1/events fan-out to 100 websocket clients ...", stream),
         ("webhook", "webhook delivery; agent RSS with a full spool ...", webhook),

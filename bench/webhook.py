@@ -15,6 +15,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import trio
@@ -129,21 +130,27 @@ def delivery() -> dict[str, float]:
         rx.close()
 
 
+def fill_spool(state: Path, url: str) -> dict[str, float]:
+    """Spool SPOOLED events in ``state`` for the webhook endpoint at ``url`` (a loopback host:port); the spool's size.
+    bench/rss.py's spooled shape uses it too."""
+    db = SpoolDB(state / FILE)
+    name = f"webhook:{urlsplit(url).netloc}"
+    for start in range(0, SPOOLED, 10_000):
+        items = [
+            (ev.id, i % 3, msgspec.json.encode(ev)) for i, ev in ((i, event(i)) for i in range(start, start + 10_000))
+        ]
+        db.add(name, items, SPOOLED, 1 << 40)
+    db.close()
+    return {"spooled_events": SPOOLED, "spool_file_mib": (state / FILE).stat().st_size / 2**20}
+
+
 def spooled_rss() -> dict[str, float]:
     """RSS of a running agent whose spool holds SPOOLED events for an endpoint that is down."""
     down = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         state = Path(tmp) / "state"
-        db = SpoolDB(state / FILE)
         name = f"webhook:127.0.0.1:{down}"
-        for start in range(0, SPOOLED, 10_000):
-            items = [
-                (ev.id, i % 3, msgspec.json.encode(ev))
-                for i, ev in ((i, event(i)) for i in range(start, start + 10_000))
-            ]
-            db.add(name, items, SPOOLED, 1 << 40)
-        db.close()
-        spool_mib = (state / FILE).stat().st_size / 2**20
+        spool_mib = fill_spool(state, f"http://127.0.0.1:{down}/hook")["spool_file_mib"]
         config = {
             "stateDir": str(state),
             "sinks": {"webhook": [{"url": f"http://127.0.0.1:{down}/hook", "secret": SECRET}]},

@@ -19,7 +19,6 @@ from typing import Any, TextIO
 from urllib.parse import urlencode, urlsplit
 
 import trio
-import trio_websocket
 
 from nvdaemon.server.token import read_token
 
@@ -120,6 +119,9 @@ class Tail:
         print(f"nvdaemon tail: {text}", file=self.err, flush=True)
 
     async def run(self) -> None:
+        # here, not at the top: `nvdaemon run` builds this command's parser and never follows a stream
+        import trio_websocket
+
         backoff = BACKOFF_START
         while True:
             before = self.connections
@@ -147,6 +149,8 @@ class Tail:
             backoff = min(backoff * 2, BACKOFF_MAX)
 
     async def follow(self) -> None:
+        import trio_websocket
+
         headers = [(b"authorization", f"Bearer {self.opts.token}".encode())] if self.opts.token else None
         path = resource(self.prefix, self.opts, self.last_id)
         async with trio_websocket.open_websocket(

@@ -11,20 +11,22 @@ import argparse
 import contextlib
 import os
 import socket
-import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import msgspec
 
 from nvdaemon.config import LoadedConfig
 from nvdaemon.model import Event, Phase, Severity, new_event_id
 from nvdaemon.sinks import cloudevent, signing, webhook_url
-from nvdaemon.sinks.spool import DEAD, FILE, SpoolDB
-from nvdaemon.sinks.spool_io import classify, reason
+
+# The spool (sqlite3) and httpx are imported where a command uses them: `nvdaemon run` builds this module's parsers,
+# and an agent without a webhook or history never loads either.
+if TYPE_CHECKING:
+    from nvdaemon.sinks.spool import SpoolDB
 
 
 class SpoolUnusable(Exception):
@@ -32,6 +34,8 @@ class SpoolUnusable(Exception):
 
 
 def _open(loaded: LoadedConfig) -> SpoolDB | None:
+    from nvdaemon.sinks.spool import FILE, SpoolDB
+
     path = loaded.state_dir / FILE
     if not path.exists():
         print(f"no spool at {path}", file=sys.stderr)
@@ -42,6 +46,11 @@ def _open(loaded: LoadedConfig) -> SpoolDB | None:
 @contextlib.contextmanager
 def _unusable(loaded: LoadedConfig) -> Iterator[None]:
     """Turn what a damaged or unreadable spool raises into ``SpoolUnusable`` with one clear line."""
+    import sqlite3
+
+    from nvdaemon.sinks.spool import FILE
+    from nvdaemon.sinks.spool_io import classify, reason
+
     path = loaded.state_dir / FILE
     try:
         yield
@@ -67,6 +76,8 @@ def spool_command(loaded: LoadedConfig, command: Callable[[LoadedConfig], int]) 
 
 
 def spool_list(loaded: LoadedConfig) -> int:
+    from nvdaemon.sinks.spool import DEAD
+
     db = _open(loaded)
     if db is None:
         return 0
@@ -143,6 +154,8 @@ def webhook_test(args: argparse.Namespace, node: str) -> int:
     event = test_event(node)
     headers, body = cloudevent.encode(event, args.mode)
     headers |= signing.sign_headers(keys, event.id, int(time.time()), body)
+    import httpx
+
     try:
         with httpx.Client(timeout=args.timeout, follow_redirects=False) as client:
             resp = client.post(args.url, content=body, headers=headers)
