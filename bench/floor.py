@@ -63,7 +63,7 @@ def cycle_cpu(roots: HostRoots) -> tuple[dict[str, Any], list[Path]]:
             samples = len(snap.samples)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         if snap.reads is not None:
-            paths = list(snap.reads.paths)
+            paths = [Path(p) for p in snap.reads.paths]
         failing = sorted(name for name, st in snap.collectors.items() if not st.success)
         figures = {
             "cycle_cpu_ms": cpu / CYCLES * 1000,

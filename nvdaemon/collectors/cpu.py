@@ -81,6 +81,7 @@ def parse_stat(text: str) -> CpuStat:
 class CpuCollector(Collector):
     name = "cpu"
     tier = "core"
+    may_hang = False  # one /proc file, answered from kernel memory
 
     def __init__(self) -> None:
         # Previous tick's times per CPU: the baseline for percentages. Only ``interpret`` touches it.

@@ -95,6 +95,7 @@ def is_whole_disk(name: str, block_devices: frozenset[str] | None) -> bool:
 class DiskStatsCollector(Collector):
     name = "diskstats"
     tier = "core"
+    may_hang = False  # /proc/diskstats and a listing of /sys/block: kernel memory, no driver asked
 
     def gather(self, roots: HostRoots) -> Gathered:
         stats = parse_diskstats(read_diskstats(roots))  # NotPresent without /proc/diskstats

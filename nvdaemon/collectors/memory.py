@@ -65,6 +65,7 @@ def parse_meminfo(text: str) -> MemInfo:
 class MemoryCollector(Collector):
     name = "memory"
     tier = "core"
+    may_hang = False  # one /proc file, answered from kernel memory
 
     def gather(self, roots: HostRoots) -> Gathered:
         info = parse_meminfo(read_meminfo(roots))

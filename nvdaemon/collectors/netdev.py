@@ -64,6 +64,7 @@ def parse_netdev(text: str) -> NetDev:
 class NetDevCollector(Collector):
     name = "netdev"
     tier = "core"
+    may_hang = False  # one /proc file, answered from kernel memory
 
     def gather(self, roots: HostRoots) -> Gathered:
         parsed = parse_netdev(read_netdev(roots))

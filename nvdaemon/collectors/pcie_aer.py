@@ -94,6 +94,9 @@ def _describe(path: Path, exc: Exception) -> str:
 class PcieAerCollector(Collector):
     name = "pcie_aer"
     tier = "core"
+    # A listing of the PCI devices and their aer_dev_* files: counters the kernel keeps in memory (the AER stats of
+    # Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats), shown without touching the device.
+    may_hang = False
 
     def gather(self, roots: HostRoots) -> Gathered:
         base = roots.sys / "bus" / "pci" / "devices"

@@ -71,6 +71,7 @@ def _describe(roots: HostRoots, resource: str, exc: Exception) -> str:
 class PressureCollector(Collector):
     name = "pressure"
     tier = "core"
+    may_hang = False  # /proc/pressure files, answered from kernel memory
 
     def gather(self, roots: HostRoots) -> Gathered:
         if not (roots.proc / "pressure").is_dir():
