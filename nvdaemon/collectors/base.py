@@ -168,23 +168,28 @@ def read_bounded(path: HostPath, limit: int) -> bytes:
     are read). A directory raises ``IsADirectoryError``, a device, FIFO or socket ``NotRegularFile``, a missing
     file ``FileNotFoundError``. A device is refused before it is opened: opening one can act (a watchdog arms, a
     tape rewinds on close); the check is repeated on the open descriptor for a path swapped in between."""
-    _refuse_special(path, os.stat(path).st_mode)
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        _refuse_special(path, mode)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        _refuse_special(path, st.st_mode)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            # /proc files answer in pieces; small first reads keep the many tiny sysfs reads cheap.
-            chunk = os.read(fd, min(limit + 1 - size, _CHUNK if chunks else max(8192, st.st_size + 1)))
+        if not stat.S_ISREG(st.st_mode):
+            _refuse_special(path, st.st_mode)
+        # /proc files answer in pieces; a small first read keeps the many tiny sysfs reads cheap, and most files
+        # are whole after it (the next read says end of file).
+        first = os.read(fd, min(limit + 1, max(8192, st.st_size + 1)))
+        chunks = [first]
+        size = len(first)
+        while first and size <= limit:
+            chunk = os.read(fd, min(limit + 1 - size, _CHUNK))
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
             raise FileTooLarge(path, limit)
-        return b"".join(chunks)
+        return first if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
 
@@ -247,7 +252,7 @@ class CycleReads:
         with self._lock:
             return ReadCounts(self.reads, self.shared, tuple(self._entries))
 
-    def _once(self, table: dict[Any, _Entry], key: Any, compute: Callable[[], Any], count: bool) -> Any:
+    def _once(self, table: dict[Any, _Entry], key: Any, count: bool, compute: Callable[..., Any], *args: Any) -> Any:
         with self._lock:
             entry = table.get(key)
             owner = entry is None
@@ -258,7 +263,7 @@ class CycleReads:
                 self.shared += not owner
         if owner:
             try:
-                entry.value = compute()
+                entry.value = compute(*args)
             except Exception as exc:
                 entry.error = exc
             finally:
@@ -273,13 +278,13 @@ class CycleReads:
     def read(self, path: HostPath, limit: int = PROC_FILE_MAX) -> str:
         """A file's text, read once per cycle (a path is always read with the same cap: the one of its kind)."""
         where = os.fspath(path)
-        text: str = self._once(self._entries, where, lambda: _read_file(where, limit), count=True)
+        text: str = self._once(self._entries, where, True, _read_file, where, limit)
         return text
 
     def parsed(self, path: HostPath, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
         """``parse(text, str(path))`` once per cycle; callers must treat the result as read-only."""
         where = os.fspath(path)
-        value: T = self._once(self._parsed, (where, parse), lambda: parse(self.read(where, limit), where), count=False)
+        value: T = self._once(self._parsed, (where, parse), False, lambda: parse(self.read(where, limit), where))
         return value
 
 

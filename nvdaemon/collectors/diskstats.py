@@ -15,6 +15,7 @@ whole.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -56,9 +57,16 @@ def read_diskstats(roots: HostRoots) -> str:
 def read_block_devices(roots: HostRoots) -> frozenset[str] | None:
     """Names under ``<sys>/block``, or ``None`` when that directory does not exist (fall back to names)."""
     try:
-        return frozenset(p.name for p in (roots.sys / "block").iterdir())
+        return frozenset(os.listdir(roots.sys / "block"))
     except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+def _uints(values: list[str]) -> bool:
+    """Every value matches ``_UINT`` (split never yields an empty one): one check of the joined text instead of a
+    regex per field, which was most of this collector's CPU."""
+    joined = "".join(values)
+    return joined.isascii() and joined.isdigit() and max(map(len, values)) <= 25
 
 
 def parse_diskstats(text: str) -> DiskStats:
@@ -73,11 +81,11 @@ def parse_diskstats(text: str) -> DiskStats:
             len(values) not in _FIELD_COUNTS
             or not _UINT.fullmatch(fields[0])
             or not _UINT.fullmatch(fields[1])
-            or not all(_UINT.fullmatch(v) for v in values)
+            or not _uints(values)
         ):
             stats.errors.append(f"/proc/diskstats: malformed line {line.strip()[:80]!r}")
             continue
-        stats.devices[fields[2]] = tuple(int(v) for v in values)
+        stats.devices[fields[2]] = tuple(map(int, values))
     if stats.errors and not stats.devices:
         raise ParseError(stats.errors[0])
     return stats
