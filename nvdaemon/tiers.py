@@ -255,6 +255,13 @@ async def _in_thread(work: Callable[[], None], limiter: trio.CapacityLimiter) ->
     await trio.lowlevel.wait_task_rescheduled(abort)
 
 
+def _present(collector: Collector, roots: HostRoots) -> bool:
+    try:
+        return collector.present(roots)
+    except Exception:  # the gather, in its thread, meets the same error and reports it
+        return True
+
+
 async def collect_tier(
     tier: str, runners: Sequence[CollectorRunner], roots: HostRoots, read_timeout: float
 ) -> TierSnapshot:
@@ -265,7 +272,14 @@ async def collect_tier(
     await trio.lowlevel.checkpoint_if_cancelled()
     results: dict[str, Interpreted | None] = {}
     inline: dict[str, Outcome] = {}
-    threaded = [r for r in runners if r.collector.may_hang and not r.in_flight]
+    threaded: list[CollectorRunner] = []
+    absent: dict[str, Outcome] = {}
+    for runner in runners:
+        if runner.collector.may_hang and not runner.in_flight:
+            if _present(runner.collector, roots):
+                threaded.append(runner)
+            else:  # nothing on this node that could hang: no thread for it
+                absent[runner.collector.name] = Outcome(present=False)
     timeout = max((r.collector.read_timeout(read_timeout) for r in threaded), default=read_timeout)
     batch = _Batch(threaded, roots)
     reads = CycleReads()
@@ -282,6 +296,7 @@ async def collect_tier(
         CYCLE_READS.reset(token)
     outcomes, hung = batch.stop()
     outcomes.update(inline)
+    outcomes.update(absent)
     for runner in runners:
         name = runner.collector.name
         if name in outcomes:

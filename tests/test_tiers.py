@@ -52,6 +52,15 @@ class Other(Fake):
     name: ClassVar[str] = "other"
 
 
+class Missing(Fake):
+    """A collector that may hang whose source the node lacks, as a listing on the loop tells (no hwmon chip)."""
+
+    name: ClassVar[str] = "missing"
+
+    def present(self, roots: HostRoots) -> bool:
+        return False
+
+
 class Calm(Fake):
     """A collector whose reads cannot hang (a /proc file): read on the loop, no worker thread."""
 
@@ -190,3 +199,10 @@ async def test_reads_that_cannot_hang_run_on_the_loop_and_a_hung_read_does_not_h
         assert snap.collectors["calm"].success and calm.threads == [loop_thread] * 2
     finally:
         release.set()
+
+
+async def test_a_source_the_node_lacks_is_reported_absent_without_a_gather() -> None:
+    missing = Missing("ok")
+    runner, samples = await run_once(missing)
+    assert missing.calls == 0 and samples == []
+    assert runner.status.present is False and runner.status.success and runner.status.errors == ()

@@ -137,6 +137,13 @@ class Collector(abc.ABC):
         """Take this collector's settings from the agent's config (once, before the first gather; no I/O)."""
         return None
 
+    def present(self, roots: HostRoots) -> bool:
+        """Asked on the event loop before a gather that ``may_hang``: False when this node certainly lacks the source,
+        found without a read that can hang (a directory listing). The cycle then reports the collector absent, as a
+        ``NotPresent`` gather would, without calling ``gather`` or starting a worker thread for it. True (the
+        default) leaves the answer to ``gather``; so does an error here."""
+        return True
+
     def read_timeout(self, default: float) -> float:
         """How long one ``gather`` may take before it is abandoned (``collectorTimeoutSeconds`` unless overridden)."""
         return default

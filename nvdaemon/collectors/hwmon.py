@@ -160,6 +160,13 @@ class HwmonCollector(Collector):
     def __init__(self, read: Reader = read_attr) -> None:
         self._read = read  # injectable so tests can simulate EIO, which root can not get from a mode-000 file
 
+    def present(self, roots: HostRoots) -> bool:
+        """Whether the node has a hwmon chip: a listing of the class directory, which asks no driver."""
+        try:
+            return any(_CHIP.fullmatch(n) for n in os.listdir(roots.sys / "class" / "hwmon"))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
     def gather(self, roots: HostRoots) -> Gathered:
         base = roots.sys / "class" / "hwmon"
         try:

@@ -20,6 +20,7 @@ unreadable (not missing) ``name`` is also listed in ``errors``.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,6 +81,13 @@ class RaplCollector(Collector):
         self._read = read  # injectable: tests run as root, where a mode-000 file is still readable
         self.permission_denied = False  # energy_uj was unreadable for lack of privilege on the last gather
         self._denial_logged = False
+
+    def present(self, roots: HostRoots) -> bool:
+        """Whether the node has a RAPL zone: a listing of the powercap class directory, which reads no counter."""
+        try:
+            return any(_ZONE.fullmatch(n) for n in os.listdir(roots.sys / "class" / "powercap"))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
 
     def gather(self, roots: HostRoots) -> Gathered:
         zones: list[Zone] = []
