@@ -34,6 +34,7 @@ from nvdaemon.model import Kind, Sample, make_labels
 Reader = Callable[[str], str]  # a file's text, by its path
 
 _ATTR = re.compile(r"(temp|fan|in|power|curr)([0-9]+)_(input|crit|average|label)", re.ASCII)
+_ATTR_LINE = re.compile(r"^(temp|fan|in|power|curr)([0-9]+)_(input|crit|average|label)$", re.ASCII | re.MULTILINE)
 _VALUE = re.compile(r"-?[0-9]{1,20}", re.ASCII)  # bounded: int() refuses very long digit strings
 _CHIP = re.compile(r"hwmon([0-9]+)", re.ASCII)
 
@@ -95,14 +96,26 @@ def _chip_name(chip: str, read: Reader, problems: list[tuple[str, Exception]]) -
     return os.path.basename(chip)
 
 
-def _listing(where: str, optional: bool) -> list[str]:
-    """The entry names of a directory, sorted; an ``optional`` one that is missing (or not a directory) has none."""
+def _sensor_files(where: str, optional: bool) -> dict[tuple[str, str], set[str]]:
+    """(type, number) -> attributes of the sensor files in a directory; an ``optional`` directory that is missing (or
+    not a directory) has none."""
     try:
-        return sorted(os.listdir(where))
+        names = os.listdir(where)
     except (FileNotFoundError, NotADirectoryError):
         if optional:
-            return []
+            return {}
         raise
+    found: dict[tuple[str, str], set[str]] = {}
+    joined = "\n".join(names)
+    # One scan of the joined listing instead of a regex call per entry (a device directory has dozens of entries,
+    # few of them sensors); a name with a newline in it (never in sysfs) takes the per-entry way.
+    if joined.count("\n") == len(names) - 1:
+        matches = _ATTR_LINE.finditer(joined)
+    else:
+        matches = (m for m in map(_ATTR.fullmatch, names) if m)
+    for m in matches:
+        found.setdefault((m.group(1), m.group(2)), set()).add(m.group(3))
+    return found
 
 
 def read_chip(chip: str, read: Reader, problems: list[tuple[str, Exception]]) -> list[Reading]:
@@ -116,12 +129,7 @@ def read_chip(chip: str, read: Reader, problems: list[tuple[str, Exception]]) ->
     sensors: dict[tuple[str, str], set[str]] = {}
     home: dict[tuple[str, str], str] = {}
     for where in (chip, f"{chip}/device"):
-        found: dict[tuple[str, str], set[str]] = {}
-        for entry in _listing(where, optional=where is not chip):
-            m = _ATTR.fullmatch(entry)
-            if m:
-                found.setdefault((m.group(1), m.group(2)), set()).add(m.group(3))
-        for key, attrs in found.items():
+        for key, attrs in _sensor_files(where, optional=where is not chip).items():
             if key not in sensors:
                 sensors[key], home[key] = attrs, where
     readings: list[Reading] = []
