@@ -19,6 +19,7 @@ count of this file's kind.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 
@@ -86,8 +87,31 @@ def read_device(device: str, problems: list[tuple[str, Exception]]) -> dict[str,
     return counts
 
 
+_AER_FILES = tuple(file_name for file_name, _, _ in SEVERITIES.values())
+_ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})  # what Path.exists() calls "no such file"
+
+
 def _has_aer(device: str) -> bool:
-    return any(os.path.exists(f"{device}/{f}") for f, _, _ in SEVERITIES.values())
+    """Whether a device directory holds any aer_dev_* file. The names are looked up in the directory opened once
+    (O_PATH: nothing of the device is read), which costs less than walking the whole path (a symlink into
+    /sys/devices) for each."""
+    try:
+        fd = os.open(device, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return False
+        raise
+    try:
+        for name in _AER_FILES:
+            try:
+                os.stat(name, dir_fd=fd)
+                return True
+            except OSError as exc:
+                if exc.errno not in _ABSENT:
+                    raise
+        return False
+    finally:
+        os.close(fd)
 
 
 def _describe(path: str, exc: Exception) -> str:
