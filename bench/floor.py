@@ -1,7 +1,8 @@
 """The collection floor: CPU per core-tier cycle against just reading the same files into memory.
 
-A core-tier cycle (``collect_tier`` with the nine ``nodevitals_hw_*`` collectors: worker threads, read, parse,
-interpret, the cycle's shared read cache) is run CYCLES times after a warm-up, and its process CPU time per cycle
+A core-tier cycle (``collect_tier`` with the nine ``nodevitals_hw_*`` collectors: /proc and other kernel-memory
+reads on the event loop, hwmon and RAPL in a worker thread under the timeout, read, parse, interpret, the cycle's
+shared read cache) is run CYCLES times after a warm-up, and its process CPU time per cycle
 measured. The floor is the least any agent must spend for the same data: the files that cycle read (the paths its
 ``CycleReads`` recorded), each opened and read whole as bytes, one after the other in one thread, with no parsing,
 CYCLES times. The directory listings the collectors do to find hwmon chips, PCI devices and RAPL zones are not in
