@@ -1,9 +1,12 @@
 """Tier loops: run a tier's collectors every interval, publish the snapshot, feed the engine.
 
-A tier's collectors read+parse one after another in one worker thread per cycle, under a timeout (/sys reads can
-hang on sick hardware: hwmon over I2C, a PCI device in a bad state). A read that times out is abandoned, not waited
-for; while its thread is still stuck, that collector is skipped and reported as failed, so stuck threads never pile
-up tick after tick. Interpretation runs on the loop once the reads are in.
+A collector whose reads cannot hang (``Collector.may_hang`` False: /proc text files and counters the kernel keeps in
+memory) is read on the event loop, one after another: a worker-thread round trip costs more CPU than most of those
+reads. The others read+parse one after another in one worker thread per cycle, under a timeout (/sys reads can hang
+on sick hardware: hwmon over I2C, a PCI device in a bad state). A read that times out is abandoned, not waited for;
+while its thread is still stuck, that collector is skipped and reported as failed, so stuck threads never pile up
+tick after tick, and the collectors read on the loop are not held up by it. Interpretation runs on the loop once the
+reads are in.
 
 A cycle's outcome is a ``TierSnapshot``: a frozen value holding the samples, each collector's ``Interpreted``
 result of that cycle, each collector's status of that cycle (a frozen ``CollectorStatus``; the runner makes a new one
@@ -13,13 +16,16 @@ cycle and nothing later.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -35,6 +41,9 @@ from nvdaemon.collectors.base import (
 )
 from nvdaemon.model import Sample
 from nvdaemon.supervise import describe
+
+if TYPE_CHECKING:
+    from outcome import Outcome as ThreadResult  # trio's own dependency: what a worker thread hands back
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -176,7 +185,7 @@ STILL_READING = "previous read has not returned yet (hung file system or device)
 
 
 class _Batch:
-    """One worker thread gathering a tier's collectors one after another.
+    """One worker thread gathering a tier's collectors that may hang, one after another.
 
     A thread hop per collector cost more CPU than most collectors' own reads (each hop is a GIL hand-off), so a
     tier's collectors share one thread. A read that hangs still costs only itself: when the batch's deadline
@@ -211,31 +220,89 @@ class _Batch:
             return dict(self.outcomes), self.current
 
 
+async def _in_thread(work: Callable[[], None], limiter: trio.CapacityLimiter) -> None:
+    """Run ``work`` in a worker thread, in a copy of this context, holding ``limiter`` until it has returned.
+
+    ``trio.to_thread.run_sync`` does the same with more per-call machinery (a message channel back into Trio, the
+    thread's OS name), which cost about twice the CPU of this round trip. On cancellation the thread is abandoned
+    (it keeps running; ``_Batch`` makes it stop early) and ``trio.Cancelled`` propagates; the limiter is released
+    only once the thread has really returned.
+    """
+    borrower = object()
+    try:
+        limiter.acquire_on_behalf_of_nowait(borrower)
+    except trio.WouldBlock:
+        await limiter.acquire_on_behalf_of(borrower)
+    task = trio.lowlevel.current_task()
+    token = trio.lowlevel.current_trio_token()
+    waiting = [True]  # False once the wait was cancelled: the result then has no one to go to
+
+    def back(result: ThreadResult[None]) -> None:  # on the loop
+        limiter.release_on_behalf_of(borrower)
+        if waiting[0]:
+            trio.lowlevel.reschedule(task, result)
+
+    def deliver(result: ThreadResult[None]) -> None:  # in the worker thread, once work returned
+        with contextlib.suppress(trio.RunFinishedError):  # the run ended while the thread was stuck
+            token.run_sync_soon(back, result)
+
+    def abort(_: Any) -> trio.lowlevel.Abort:
+        waiting[0] = False
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    context = contextvars.copy_context()
+    trio.lowlevel.start_thread_soon(functools.partial(context.run, work), deliver)
+    await trio.lowlevel.wait_task_rescheduled(abort)
+
+
+def _present(collector: Collector, roots: HostRoots) -> bool:
+    try:
+        return collector.present(roots)
+    except Exception:  # the gather, in its thread, meets the same error and reports it
+        return True
+
+
 async def collect_tier(
     tier: str, runners: Sequence[CollectorRunner], roots: HostRoots, read_timeout: float
 ) -> TierSnapshot:
-    """Run every collector of a tier (one worker thread, see ``_Batch``); a failing one keeps its partial samples."""
+    """Run every collector of a tier (on the loop or in one worker thread, see ``_Batch``); a failing one keeps its
+    partial samples."""
     began = trio.current_time()
     collected_at = time.time()
+    await trio.lowlevel.checkpoint_if_cancelled()
     results: dict[str, Interpreted | None] = {}
-    due = [r for r in runners if not r.in_flight]
-    timeout = max((r.collector.read_timeout(read_timeout) for r in due), default=read_timeout)
-    batch = _Batch(due, roots)
+    inline: dict[str, Outcome] = {}
+    threaded: list[CollectorRunner] = []
+    absent: dict[str, Outcome] = {}
+    for runner in runners:
+        if runner.collector.may_hang and not runner.in_flight:
+            if _present(runner.collector, roots):
+                threaded.append(runner)
+            else:  # nothing on this node that could hang: no thread for it
+                absent[runner.collector.name] = Outcome(present=False)
+    timeout = max((r.collector.read_timeout(read_timeout) for r in threaded), default=read_timeout)
+    batch = _Batch(threaded, roots)
     reads = CycleReads()
     token = CYCLE_READS.set(reads)  # the worker thread started below runs in a copy of this context
     try:
-        if due:
+        # On the loop first, then the thread: a read on the loop never waits for the worker thread's cache entry.
+        for runner in runners:
+            if not runner.collector.may_hang:
+                inline[runner.collector.name] = runner.gather_outcome(roots)
+        if threaded:
             with trio.move_on_after(timeout):
-                await trio.to_thread.run_sync(batch.run, limiter=due[0].limiter, abandon_on_cancel=True)
+                await _in_thread(batch.run, threaded[0].limiter)
     finally:
         CYCLE_READS.reset(token)
     outcomes, hung = batch.stop()
+    outcomes.update(inline)
+    outcomes.update(absent)
     for runner in runners:
         name = runner.collector.name
-        if runner not in due:
-            results[name] = runner.finish(Outcome(), collected_at, skipped=STILL_READING)
-        elif name in outcomes:
+        if name in outcomes:
             results[name] = runner.finish(outcomes[name], collected_at)
+        elif runner not in threaded:
+            results[name] = runner.finish(Outcome(), collected_at, skipped=STILL_READING)
         elif runner is hung:
             timed_out = Outcome(error=f"read timed out after {timeout:g}s", duration=timeout)
             results[name] = runner.finish(timed_out, collected_at)

@@ -26,9 +26,11 @@ class Fake(Collector):
         self.release = release
         self.entered = threading.Event()
         self.calls = 0
+        self.threads: list[int] = []  # the thread each gather ran in
 
     def gather(self, roots: HostRoots) -> Gathered:
         self.calls += 1
+        self.threads.append(threading.get_ident())
         if self.behaviour == "absent":
             raise NotPresent("no such thing")
         if self.behaviour == "broken":
@@ -48,6 +50,22 @@ class Fake(Collector):
 
 class Other(Fake):
     name: ClassVar[str] = "other"
+
+
+class Missing(Fake):
+    """A collector that may hang whose source the node lacks, as a listing on the loop tells (no hwmon chip)."""
+
+    name: ClassVar[str] = "missing"
+
+    def present(self, roots: HostRoots) -> bool:
+        return False
+
+
+class Calm(Fake):
+    """A collector whose reads cannot hang (a /proc file): read on the loop, no worker thread."""
+
+    name: ClassVar[str] = "calm"
+    may_hang: ClassVar[bool] = False
 
 
 async def run_alone(runner: CollectorRunner, timeout: float) -> list[Sample]:
@@ -158,3 +176,33 @@ async def test_a_hung_collector_in_the_tier_batch_costs_only_itself() -> None:
     snap = await collect_tier("core", runners, ROOTS, 30.0)
     assert snap.collectors["fake"].success and snap.collectors["other"].success
     assert len(snap.samples) == 4
+
+
+async def test_reads_that_cannot_hang_run_on_the_loop_and_a_hung_read_does_not_hold_them() -> None:
+    # Real time, as above. The hung collector comes first; the one that cannot hang is read on the loop all the same.
+    release = threading.Event()
+    hung = Fake("hang", release)
+    calm = Calm("ok")
+    limiter = trio.CapacityLimiter(4)
+    runners = [CollectorRunner(hung, limiter), CollectorRunner(calm, limiter)]
+    loop_thread = threading.get_ident()
+    try:
+        snap = await collect_tier("core", runners, ROOTS, 0.2)
+        assert snap.collectors["fake"].errors == ("read timed out after 0.2s",)
+        assert snap.collectors["calm"].success and len(snap.samples) == 2
+        assert calm.threads == [loop_thread]
+        assert await trio.to_thread.run_sync(hung.entered.wait, 30)
+        assert hung.threads != [loop_thread]  # the one that may hang was read in a worker thread
+        # Next tick, the hung read still stuck: skipped, and the calm one read again on the loop.
+        snap = await collect_tier("core", runners, ROOTS, 0.2)
+        assert STILL_READING in snap.collectors["fake"].errors[0]
+        assert snap.collectors["calm"].success and calm.threads == [loop_thread] * 2
+    finally:
+        release.set()
+
+
+async def test_a_source_the_node_lacks_is_reported_absent_without_a_gather() -> None:
+    missing = Missing("ok")
+    runner, samples = await run_once(missing)
+    assert missing.calls == 0 and samples == []
+    assert runner.status.present is False and runner.status.success and runner.status.errors == ()

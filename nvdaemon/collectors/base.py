@@ -9,8 +9,9 @@ A collector module holds three layers, kept apart so the middle one can be teste
   compat surface needs of that cycle; may keep state between ticks (counter deltas), but what it returns is a frozen
   value of its own, never a view of that state: a tier snapshot holds it, and surfaces read it from there.
 
-``gather`` (read+parse) runs in a worker thread under a timeout because /sys reads can hang on sick hardware;
-``interpret`` runs on the event loop and must be cheap.
+``gather`` (read+parse) runs in a worker thread under a timeout because /sys reads can hang on sick hardware, unless
+the collector declares that none of its reads can (``may_hang`` False): then it runs on the event loop, which saves a
+thread round trip that costs more than most /proc reads. ``interpret`` runs on the event loop and must be cheap.
 
 Every host file is read through ``read_bounded`` with a cap that fits its kind: ``SYSFS_ATTR_MAX`` for a sysfs
 attribute (the kernel serves at most a page), ``PROC_FILE_MAX`` for a /proc or root file system text file,
@@ -27,7 +28,7 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ SYSFS_ATTR_MAX = 64 * 1024
 PROC_FILE_MAX = 4 * 1024 * 1024
 PROC_TABLE_MAX = 16 * 1024 * 1024  # /proc/1/mounts of a node with 30,000 mounts is about 6 MiB
 _CHUNK = 1024 * 1024
+HostPath = str | Path  # a host file, as a Path or as its string (the hot readers build strings: cheaper)
 
 
 @dataclass(frozen=True)
@@ -67,14 +69,14 @@ class NotPresent(Exception):  # a state ("this node has no such source"), not a 
 class FileTooLarge(OSError):
     """A host file larger than the cap for its kind; it was not read whole."""
 
-    def __init__(self, path: Path, limit: int) -> None:
+    def __init__(self, path: HostPath, limit: int) -> None:
         super().__init__(errno.EFBIG, f"larger than {limit} bytes, not read", str(path))
 
 
 class NotRegularFile(OSError):
     """A host file that is a device, FIFO or socket where a regular file belongs (e.g. a link to /dev/zero)."""
 
-    def __init__(self, path: Path, kind: str) -> None:
+    def __init__(self, path: HostPath, kind: str) -> None:
         super().__init__(errno.EINVAL, f"not a regular file ({kind}), not read", str(path))
 
 
@@ -116,6 +118,12 @@ class Collector(abc.ABC):
 
     name: ClassVar[str]
     tier: ClassVar[str] = "core"
+    may_hang: ClassVar[bool] = True
+    """Whether a read of this collector can block for good: a sysfs attribute whose driver asks the hardware (hwmon
+    over I2C, a PCI device in a bad state), NVML, a subprocess. Such a gather runs in a worker thread under a timeout,
+    so a hung read costs only itself. False only where every read is answered from kernel memory (/proc text files,
+    directory listings, counters the kernel keeps): that gather runs on the event loop, with no thread and no
+    timeout, so it must never be set on a collector that reads anything else."""
 
     @abc.abstractmethod
     def gather(self, roots: HostRoots) -> Gathered:
@@ -129,6 +137,13 @@ class Collector(abc.ABC):
         """Take this collector's settings from the agent's config (once, before the first gather; no I/O)."""
         return None
 
+    def present(self, roots: HostRoots) -> bool:
+        """Asked on the event loop before a gather that ``may_hang``: False when this node certainly lacks the source,
+        found without a read that can hang (a directory listing). The cycle then reports the collector absent, as a
+        ``NotPresent`` gather would, without calling ``gather`` or starting a worker thread for it. True (the
+        default) leaves the answer to ``gather``; so does an error here."""
+        return True
+
     def read_timeout(self, default: float) -> float:
         """How long one ``gather`` may take before it is abandoned (``collectorTimeoutSeconds`` unless overridden)."""
         return default
@@ -136,6 +151,16 @@ class Collector(abc.ABC):
     def detail(self) -> dict[str, Any]:
         """Extra plain data about the last run for ``/v1/status`` (empty: nothing beyond the status)."""
         return {}
+
+
+def all_uints(tokens: Sequence[str]) -> bool:
+    """Whether every token is an unsigned decimal of 1 to 25 ASCII digits (``int()`` refuses very long digit strings):
+    one check of the joined text, where a regex per token was most of a /proc parser's CPU. Tokens come from
+    ``str.split()``, so none is empty; an empty list is all unsigned."""
+    if not tokens:
+        return True
+    joined = "".join(tokens)
+    return joined.isascii() and joined.isdigit() and max(map(len, tokens)) <= 25
 
 
 def _kind(mode: int) -> str:
@@ -148,40 +173,45 @@ def _kind(mode: int) -> str:
     return "a socket" if stat.S_ISSOCK(mode) else "not a file"
 
 
-def _refuse_special(path: Path, mode: int) -> None:
+def _refuse_special(path: HostPath, mode: int) -> None:
     if stat.S_ISDIR(mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     if not stat.S_ISREG(mode):
         raise NotRegularFile(path, _kind(mode))
 
 
-def read_bounded(path: Path, limit: int) -> bytes:
+def read_bounded(path: HostPath, limit: int) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes (``FileTooLarge`` beyond; at most ``limit`` + 1 bytes
     are read). A directory raises ``IsADirectoryError``, a device, FIFO or socket ``NotRegularFile``, a missing
     file ``FileNotFoundError``. A device is refused before it is opened: opening one can act (a watchdog arms, a
     tape rewinds on close); the check is repeated on the open descriptor for a path swapped in between."""
-    _refuse_special(path, os.stat(path).st_mode)
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        _refuse_special(path, mode)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
-        _refuse_special(path, st.st_mode)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            # /proc files answer in pieces; small first reads keep the many tiny sysfs reads cheap.
-            chunk = os.read(fd, min(limit + 1 - size, _CHUNK if chunks else max(8192, st.st_size + 1)))
+        if not stat.S_ISREG(st.st_mode):
+            _refuse_special(path, st.st_mode)
+        # /proc files answer in pieces; a small first read keeps the many tiny sysfs reads cheap, and most files
+        # are whole after it (the next read says end of file).
+        first = os.read(fd, min(limit + 1, max(8192, st.st_size + 1)))
+        chunks = [first]
+        size = len(first)
+        while first and size <= limit:
+            chunk = os.read(fd, min(limit + 1 - size, _CHUNK))
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
         if size > limit:
             raise FileTooLarge(path, limit)
-        return b"".join(chunks)
+        return first if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
 
 
-def _read_file(path: Path, limit: int) -> str:
+def _read_file(path: HostPath, limit: int) -> str:
     try:
         return read_bounded(path, limit).decode("utf-8", errors="replace")
     except FileNotFoundError as exc:
@@ -189,10 +219,14 @@ def _read_file(path: Path, limit: int) -> str:
 
 
 class _Entry:
-    __slots__ = ("done", "error", "value")
+    """A file's text (or its parse) in a cycle's cache. Created locked: its owner holds ``busy`` while computing,
+    so another thread asking for it waits by taking the lock (a lock costs a fraction of a ``threading.Event``)."""
+
+    __slots__ = ("busy", "error", "value")
 
     def __init__(self) -> None:
-        self.done = threading.Event()
+        self.busy = threading.Lock()
+        self.busy.acquire()
         self.value: Any = None
         self.error: BaseException | None = None
 
@@ -203,7 +237,7 @@ class ReadCounts:
 
     reads: int = 0
     shared: int = 0
-    paths: tuple[Path, ...] = ()
+    paths: tuple[str, ...] = ()  # as strings: turning each back into a Path every cycle would cost more than a read
 
 
 class CycleReads:
@@ -217,13 +251,15 @@ class CycleReads:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[Path, _Entry] = {}
-        self._parsed: dict[tuple[Path, Callable[[str, str], Any]], _Entry] = {}
+        # Keyed by the path's string: hashing a Path made this cycle costs as much again as the string, which the
+        # read needs anyway.
+        self._entries: dict[str, _Entry] = {}
+        self._parsed: dict[tuple[str, Callable[[str, str], Any]], _Entry] = {}
         self.reads = 0  # files actually read
         self.shared = 0  # reads answered from the cache
 
     @property
-    def paths(self) -> list[Path]:
+    def paths(self) -> list[str]:
         """The files this cycle asked for, in first-asked order (``make bench`` reads them again as its floor)."""
         with self._lock:
             return list(self._entries)
@@ -233,7 +269,7 @@ class CycleReads:
         with self._lock:
             return ReadCounts(self.reads, self.shared, tuple(self._entries))
 
-    def _once(self, table: dict[Any, _Entry], key: Any, compute: Callable[[], Any], count: bool) -> Any:
+    def _once(self, table: dict[Any, _Entry], key: Any, count: bool, compute: Callable[..., Any], *args: Any) -> Any:
         with self._lock:
             entry = table.get(key)
             owner = entry is None
@@ -244,34 +280,35 @@ class CycleReads:
                 self.shared += not owner
         if owner:
             try:
-                entry.value = compute()
+                entry.value = compute(*args)
             except Exception as exc:
                 entry.error = exc
             finally:
-                entry.done.set()
+                entry.busy.release()
         else:
-            entry.done.wait()
+            with entry.busy:  # returns once the owner has finished
+                pass
         if entry.error is not None:
             raise entry.error
         return entry.value
 
-    def read(self, path: Path, limit: int = PROC_FILE_MAX) -> str:
+    def read(self, path: HostPath, limit: int = PROC_FILE_MAX) -> str:
         """A file's text, read once per cycle (a path is always read with the same cap: the one of its kind)."""
-        text: str = self._once(self._entries, path, lambda: _read_file(path, limit), count=True)
+        where = os.fspath(path)
+        text: str = self._once(self._entries, where, True, _read_file, where, limit)
         return text
 
-    def parsed(self, path: Path, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
+    def parsed(self, path: HostPath, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
         """``parse(text, str(path))`` once per cycle; callers must treat the result as read-only."""
-        value: T = self._once(
-            self._parsed, (path, parse), lambda: parse(self.read(path, limit), str(path)), count=False
-        )
+        where = os.fspath(path)
+        value: T = self._once(self._parsed, (where, parse), False, lambda: parse(self.read(where, limit), where))
         return value
 
 
 CYCLE_READS: ContextVar[CycleReads | None] = ContextVar("cycle_reads", default=None)
 
 
-def read_text(path: Path, limit: int = PROC_FILE_MAX) -> str:
+def read_text(path: HostPath, limit: int = PROC_FILE_MAX) -> str:
     """Read a pseudo file of at most ``limit`` bytes. Missing file -> ``NotPresent``; other errors (``FileTooLarge``
     and ``NotRegularFile`` included) propagate as ``OSError``.
 
@@ -281,17 +318,17 @@ def read_text(path: Path, limit: int = PROC_FILE_MAX) -> str:
     return _read_file(path, limit) if cache is None else cache.read(path, limit)
 
 
-def read_attr(path: Path) -> str:
+def read_attr(path: HostPath) -> str:
     """``read_text`` of a sysfs attribute (at most ``SYSFS_ATTR_MAX`` bytes)."""
     return read_text(path, SYSFS_ATTR_MAX)
 
 
-def read_table(path: Path) -> str:
+def read_table(path: HostPath) -> str:
     """``read_text`` of a /proc table that grows with the host (at most ``PROC_TABLE_MAX`` bytes)."""
     return read_text(path, PROC_TABLE_MAX)
 
 
-def read_parsed(path: Path, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
+def read_parsed(path: HostPath, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
     """``parse(text, str(path))`` of a pseudo file, computed once per tier cycle for every collector asking."""
     cache = CYCLE_READS.get()
     return parse(_read_file(path, limit), str(path)) if cache is None else cache.parsed(path, parse, limit)

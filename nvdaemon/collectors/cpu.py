@@ -14,7 +14,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_text
+from nvdaemon.collectors.base import (
+    Collector,
+    Gathered,
+    HostRoots,
+    Interpreted,
+    ParseError,
+    all_uints,
+    interpreted,
+    read_text,
+)
 from nvdaemon.model import Kind, Sample
 
 _CPU_NAME = re.compile(r"cpu[0-9]*", re.ASCII)
@@ -37,10 +46,10 @@ def read_stat(roots: HostRoots) -> str:
 
 
 def _uints(tokens: list[str], what: str) -> list[int]:
-    for t in tokens:
-        if not _UINT.fullmatch(t):
-            raise ParseError(f"/proc/stat: {what}: bad number {t[:40]!r}")
-    return [int(t) for t in tokens]
+    if not all_uints(tokens):
+        bad = next(t for t in tokens if not _UINT.fullmatch(t))
+        raise ParseError(f"/proc/stat: {what}: bad number {bad[:40]!r}")
+    return list(map(int, tokens))
 
 
 def _cpu_times(key: str, tokens: list[str]) -> tuple[int, ...]:
@@ -81,6 +90,7 @@ def parse_stat(text: str) -> CpuStat:
 class CpuCollector(Collector):
     name = "cpu"
     tier = "core"
+    may_hang = False  # one /proc file, answered from kernel memory
 
     def __init__(self) -> None:
         # Previous tick's times per CPU: the baseline for percentages. Only ``interpret`` touches it.

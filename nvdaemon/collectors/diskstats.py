@@ -15,10 +15,20 @@ whole.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_table
+from nvdaemon.collectors.base import (
+    Collector,
+    Gathered,
+    HostRoots,
+    Interpreted,
+    ParseError,
+    all_uints,
+    interpreted,
+    read_table,
+)
 from nvdaemon.model import Kind, Sample
 
 _UINT = re.compile(r"[0-9]{1,25}", re.ASCII)  # bounded: int() refuses very long digit strings
@@ -56,7 +66,7 @@ def read_diskstats(roots: HostRoots) -> str:
 def read_block_devices(roots: HostRoots) -> frozenset[str] | None:
     """Names under ``<sys>/block``, or ``None`` when that directory does not exist (fall back to names)."""
     try:
-        return frozenset(p.name for p in (roots.sys / "block").iterdir())
+        return frozenset(os.listdir(roots.sys / "block"))
     except (FileNotFoundError, NotADirectoryError):
         return None
 
@@ -73,11 +83,11 @@ def parse_diskstats(text: str) -> DiskStats:
             len(values) not in _FIELD_COUNTS
             or not _UINT.fullmatch(fields[0])
             or not _UINT.fullmatch(fields[1])
-            or not all(_UINT.fullmatch(v) for v in values)
+            or not all_uints(values)
         ):
             stats.errors.append(f"/proc/diskstats: malformed line {line.strip()[:80]!r}")
             continue
-        stats.devices[fields[2]] = tuple(int(v) for v in values)
+        stats.devices[fields[2]] = tuple(map(int, values))
     if stats.errors and not stats.devices:
         raise ParseError(stats.errors[0])
     return stats
@@ -95,6 +105,7 @@ def is_whole_disk(name: str, block_devices: frozenset[str] | None) -> bool:
 class DiskStatsCollector(Collector):
     name = "diskstats"
     tier = "core"
+    may_hang = False  # /proc/diskstats and a listing of /sys/block: kernel memory, no driver asked
 
     def gather(self, roots: HostRoots) -> Gathered:
         stats = parse_diskstats(read_diskstats(roots))  # NotPresent without /proc/diskstats

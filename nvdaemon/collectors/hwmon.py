@@ -14,10 +14,10 @@ identity) but of its own ``hwmon_sensor_info{label}`` series, value 1, same devi
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from nvdaemon.collectors.base import (
     Collector,
@@ -31,9 +31,10 @@ from nvdaemon.collectors.base import (
 )
 from nvdaemon.model import Kind, Sample, make_labels
 
-Reader = Callable[[Path], str]
+Reader = Callable[[str], str]  # a file's text, by its path
 
 _ATTR = re.compile(r"(temp|fan|in|power|curr)([0-9]+)_(input|crit|average|label)", re.ASCII)
+_ATTR_LINE = re.compile(r"^(temp|fan|in|power|curr)([0-9]+)_(input|crit|average|label)$", re.ASCII | re.MULTILINE)
 _VALUE = re.compile(r"-?[0-9]{1,20}", re.ASCII)  # bounded: int() refuses very long digit strings
 _CHIP = re.compile(r"hwmon([0-9]+)", re.ASCII)
 
@@ -78,65 +79,86 @@ def _describe(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _chip_name(chip: Path, read: Reader, problems: list[tuple[str, Exception]]) -> str:
+# Paths are plain strings here: a chip has dozens of files, and building a Path for each cost more CPU than
+# reading it.
+
+
+def _chip_name(chip: str, read: Reader, problems: list[tuple[str, Exception]]) -> str:
     """The chip's ``name`` (in the hwmon directory, or in ``device/`` for drivers of the older layout)."""
-    for where in (chip, chip / "device"):
+    for where in (chip, f"{chip}/device"):
         try:
-            return read(where / "name").strip() or chip.name
+            return read(f"{where}/name").strip() or os.path.basename(chip)
         except NotPresent:
             continue
         except OSError as exc:
-            problems.append((str(where / "name"), exc))
+            problems.append((f"{where}/name", exc))
             break
-    return chip.name
+    return os.path.basename(chip)
 
 
-def read_chip(chip: Path, read: Reader, problems: list[tuple[str, Exception]]) -> list[Reading]:
+def _sensor_files(where: str, optional: bool) -> dict[tuple[str, str], set[str]]:
+    """(type, number) -> attributes of the sensor files in a directory; an ``optional`` directory that is missing (or
+    not a directory) has none."""
+    try:
+        names = os.listdir(where)
+    except (FileNotFoundError, NotADirectoryError):
+        if optional:
+            return {}
+        raise
+    found: dict[tuple[str, str], set[str]] = {}
+    joined = "\n".join(names)
+    # One scan of the joined listing instead of a regex call per entry (a device directory has dozens of entries,
+    # few of them sensors); a name with a newline in it (never in sysfs) takes the per-entry way.
+    if joined.count("\n") == len(names) - 1:
+        matches = _ATTR_LINE.finditer(joined)
+    else:
+        matches = (m for m in map(_ATTR.fullmatch, names) if m)
+    for m in matches:
+        found.setdefault((m.group(1), m.group(2)), set()).add(m.group(3))
+    return found
+
+
+def read_chip(chip: str, read: Reader, problems: list[tuple[str, Exception]]) -> list[Reading]:
     """All readable sensors of one chip directory; each failure is appended to ``problems`` as (path, error).
 
     Older drivers (ACPI power_meter, some SuperIO chips) keep ``name`` and the sensor files in the parent
     device's directory (``hwmonN/device/``); a sensor found in both places is read from the hwmon directory.
     """
     name = _chip_name(chip, read, problems)
+    chip_dir = os.path.basename(chip)
     sensors: dict[tuple[str, str], set[str]] = {}
-    home: dict[tuple[str, str], Path] = {}
-    for where in (chip, chip / "device"):
-        if where is not chip and not where.is_dir():
-            continue
-        found: dict[tuple[str, str], set[str]] = {}
-        for entry in sorted(p.name for p in where.iterdir()):
-            m = _ATTR.fullmatch(entry)
-            if m:
-                found.setdefault((m.group(1), m.group(2)), set()).add(m.group(3))
-        for key, attrs in found.items():
+    home: dict[tuple[str, str], str] = {}
+    for where in (chip, f"{chip}/device"):
+        for key, attrs in _sensor_files(where, optional=where is not chip).items():
             if key not in sensors:
                 sensors[key], home[key] = attrs, where
     readings: list[Reading] = []
     for (kind, num), attrs in sorted(sensors.items(), key=lambda kv: (kv[0][0], int(kv[0][1]))):
         sensor = f"{kind}{num}"
+        stem = f"{home[kind, num]}/{sensor}_"
         label = ""
         if "label" in attrs:
             try:
-                label = read(home[kind, num] / f"{sensor}_label").strip()
+                label = read(f"{stem}label").strip()
             except (OSError, NotPresent) as exc:
-                problems.append((str(home[kind, num] / f"{sensor}_label"), exc))
+                problems.append((f"{stem}label", exc))
         wanted = [a for a in ("input", "crit", "average") if a in attrs and (kind, a) in _METRICS]
         if kind == "power" and "input" in wanted and "average" in wanted:
             wanted.remove("average")
         for attr in wanted:
-            path = home[kind, num] / f"{sensor}_{attr}"
+            path = f"{stem}{attr}"
             try:
                 raw = parse_sensor_value(read(path))
             except (OSError, NotPresent, ParseError) as exc:
-                problems.append((str(path), exc))
+                problems.append((path, exc))
                 continue
-            readings.append(Reading(chip.name, name, sensor, _METRICS[kind, attr][0], raw, label))
+            readings.append(Reading(chip_dir, name, sensor, _METRICS[kind, attr][0], raw, label))
     return readings
 
 
-def _chip_order(path: Path) -> tuple[int, str]:
-    m = _CHIP.fullmatch(path.name)
-    return (int(m.group(1)) if m else -1, path.name)
+def _chip_order(name: str) -> tuple[int, str]:
+    m = _CHIP.fullmatch(name)
+    return (int(m.group(1)) if m else -1, name)
 
 
 class HwmonCollector(Collector):
@@ -146,21 +168,28 @@ class HwmonCollector(Collector):
     def __init__(self, read: Reader = read_attr) -> None:
         self._read = read  # injectable so tests can simulate EIO, which root can not get from a mode-000 file
 
+    def present(self, roots: HostRoots) -> bool:
+        """Whether the node has a hwmon chip: a listing of the class directory, which asks no driver."""
+        try:
+            return any(_CHIP.fullmatch(n) for n in os.listdir(roots.sys / "class" / "hwmon"))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
     def gather(self, roots: HostRoots) -> Gathered:
         base = roots.sys / "class" / "hwmon"
         try:
-            chips = sorted((p for p in base.iterdir() if _CHIP.fullmatch(p.name)), key=_chip_order)
+            names = sorted((n for n in os.listdir(base) if _CHIP.fullmatch(n)), key=_chip_order)
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise NotPresent(str(base)) from exc
-        if not chips:
+        if not names:
             raise NotPresent(f"{base}: no hwmon chips")
         problems: list[tuple[str, Exception]] = []
         readings: list[Reading] = []
-        for chip in chips:
+        for chip in (f"{base}/{n}" for n in names):
             try:
                 readings.extend(read_chip(chip, self._read, problems))
             except OSError as exc:  # the directory itself vanished or can not be listed
-                problems.append((str(chip), exc))
+                problems.append((chip, exc))
         if problems and not readings:
             raise problems[0][1]
         return Gathered(readings, errors=[f"{path}: {_describe(exc)}" for path, exc in problems])

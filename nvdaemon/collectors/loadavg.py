@@ -49,6 +49,7 @@ def parse_loadavg(text: str) -> LoadAvg:
 class LoadAvgCollector(Collector):
     name = "loadavg"
     tier = "core"
+    may_hang = False  # one /proc file, answered from kernel memory
 
     def gather(self, roots: HostRoots) -> Gathered:
         return Gathered(parse_loadavg(read_loadavg(roots)))

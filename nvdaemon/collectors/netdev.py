@@ -8,13 +8,20 @@ whitespace. ``lo`` is skipped: its traffic says nothing about the hardware.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_table
+from nvdaemon.collectors.base import (
+    Collector,
+    Gathered,
+    HostRoots,
+    Interpreted,
+    ParseError,
+    all_uints,
+    interpreted,
+    read_table,
+)
 from nvdaemon.model import Kind, Sample
 
-_UINT = re.compile(r"[0-9]{1,25}", re.ASCII)  # bounded: int() refuses very long digit strings
 _FIELDS = 16
 # Field index -> metric.
 _METRICS = {
@@ -52,10 +59,10 @@ def parse_netdev(text: str) -> NetDev:
         if not sep or not name or " " in name:
             result.errors.append(f"/proc/net/dev: malformed line {line[:60]!r}")
             continue
-        if len(values) < _FIELDS or not all(_UINT.fullmatch(v) for v in values[:_FIELDS]):
+        if len(values) < _FIELDS or not all_uints(values[:_FIELDS]):
             result.errors.append(f"/proc/net/dev: {name}: expected {_FIELDS} counters, got {rest.strip()[:60]!r}")
             continue
-        result.interfaces[name] = tuple(int(v) for v in values[:_FIELDS])
+        result.interfaces[name] = tuple(map(int, values[:_FIELDS]))
     if not result.interfaces:
         raise ParseError("/proc/net/dev: no interfaces" + (f" ({result.errors[0]})" if result.errors else ""))
     return result
@@ -64,6 +71,7 @@ def parse_netdev(text: str) -> NetDev:
 class NetDevCollector(Collector):
     name = "netdev"
     tier = "core"
+    may_hang = False  # one /proc file, answered from kernel memory
 
     def gather(self, roots: HostRoots) -> Gathered:
         parsed = parse_netdev(read_netdev(roots))

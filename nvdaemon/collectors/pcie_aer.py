@@ -19,8 +19,9 @@ count of this file's kind.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
-from pathlib import Path
 
 from nvdaemon.collectors.base import (
     Collector,
@@ -65,12 +66,16 @@ def parse_aer(text: str, total_name: str) -> tuple[dict[str, int], list[str]]:
     return lines, skipped
 
 
-def read_device(device: Path, problems: list[tuple[Path, Exception]]) -> dict[str, dict[str, int]]:
+# Paths are plain strings here: a node has hundreds of PCI devices, and building a Path for each of their files cost
+# more CPU than asking whether the file exists.
+
+
+def read_device(device: str, problems: list[tuple[str, Exception]]) -> dict[str, dict[str, int]]:
     """The AER files of one device directory that exist and have a usable line; a file that failed, and every
     line skipped in one that did not, is appended to ``problems``."""
     counts: dict[str, dict[str, int]] = {}
     for severity, (file_name, total_name, _) in SEVERITIES.items():
-        path = device / file_name
+        path = f"{device}/{file_name}"
         try:
             counts[severity], skipped = parse_aer(read_attr(path), total_name)
         except NotPresent:
@@ -82,11 +87,34 @@ def read_device(device: Path, problems: list[tuple[Path, Exception]]) -> dict[st
     return counts
 
 
-def _has_aer(device: Path) -> bool:
-    return any((device / f).exists() for f, _, _ in SEVERITIES.values())
+_AER_FILES = tuple(file_name for file_name, _, _ in SEVERITIES.values())
+_ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})  # what Path.exists() calls "no such file"
 
 
-def _describe(path: Path, exc: Exception) -> str:
+def _has_aer(device: str) -> bool:
+    """Whether a device directory holds any aer_dev_* file. The names are looked up in the directory opened once
+    (O_PATH: nothing of the device is read), which costs less than walking the whole path (a symlink into
+    /sys/devices) for each."""
+    try:
+        fd = os.open(device, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return False
+        raise
+    try:
+        for name in _AER_FILES:
+            try:
+                os.stat(name, dir_fd=fd)
+                return True
+            except OSError as exc:
+                if exc.errno not in _ABSENT:
+                    raise
+        return False
+    finally:
+        os.close(fd)
+
+
+def _describe(path: str, exc: Exception) -> str:
     detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     return f"{path}: {detail}"
 
@@ -94,19 +122,22 @@ def _describe(path: Path, exc: Exception) -> str:
 class PcieAerCollector(Collector):
     name = "pcie_aer"
     tier = "core"
+    # A listing of the PCI devices and their aer_dev_* files: counters the kernel keeps in memory (the AER stats of
+    # Documentation/ABI/testing/sysfs-bus-pci-devices-aer_stats), shown without touching the device.
+    may_hang = False
 
     def gather(self, roots: HostRoots) -> Gathered:
         base = roots.sys / "bus" / "pci" / "devices"
         try:
-            # Real entries are symlinks into /sys/devices/pci*; Path follows them.
-            devices = sorted(base.iterdir())
+            # Real entries are symlinks into /sys/devices/pci*; the paths below follow them.
+            names = sorted(os.listdir(base))
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise NotPresent(str(base)) from exc
-        with_aer = [d for d in devices if _has_aer(d)]
+        with_aer = [name for name in names if _has_aer(f"{base}/{name}")]
         if not with_aer:
             raise NotPresent(f"{base}: no device with AER statistics")
-        problems: list[tuple[Path, Exception]] = []
-        data = {d.name: counts for d in with_aer if (counts := read_device(d, problems))}
+        problems: list[tuple[str, Exception]] = []
+        data = {name: counts for name in with_aer if (counts := read_device(f"{base}/{name}", problems))}
         if problems and not data:
             raise problems[0][1]
         return Gathered(data, errors=[_describe(path, exc) for path, exc in problems])

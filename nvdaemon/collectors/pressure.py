@@ -13,6 +13,7 @@ despite the name) and ``psi_stall_seconds_total`` (counter), device the resource
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from nvdaemon.collectors.base import (
 from nvdaemon.model import Kind, Sample, make_labels
 
 RESOURCES = ("cpu", "memory", "io", "irq")
+_SHARE_LABELS = {share: make_labels({"share": share}) for share in ("some", "full")}  # made once, not per sample
 _NUM = r"[0-9]{1,20}\.[0-9]{1,20}"
 _LINE = re.compile(
     rf"(some|full)\s+avg10=({_NUM})\s+avg60=({_NUM})\s+avg300=({_NUM})\s+total=([0-9]{{1,25}})\s*", re.ASCII
@@ -44,7 +46,7 @@ class PsiLine:
 
 
 def read_pressure(roots: HostRoots, resource: str) -> str:
-    return read_text(roots.proc / "pressure" / resource)
+    return read_text(f"{roots.proc}/pressure/{resource}")  # a string: a Path per file cost more than its parse
 
 
 def parse_pressure(text: str, resource: str = "?") -> dict[str, PsiLine]:
@@ -71,9 +73,10 @@ def _describe(roots: HostRoots, resource: str, exc: Exception) -> str:
 class PressureCollector(Collector):
     name = "pressure"
     tier = "core"
+    may_hang = False  # /proc/pressure files, answered from kernel memory
 
     def gather(self, roots: HostRoots) -> Gathered:
-        if not (roots.proc / "pressure").is_dir():
+        if not os.path.isdir(roots.proc / "pressure"):
             raise NotPresent(str(roots.proc / "pressure"))
         data: dict[str, dict[str, PsiLine]] = {}
         problems: list[tuple[str, Exception]] = []
@@ -95,7 +98,7 @@ class PressureCollector(Collector):
         out: list[Sample] = []
         for resource, lines in data.items():
             for share, psi in lines.items():
-                labels = make_labels({"share": share})
+                labels = _SHARE_LABELS.get(share) or make_labels({"share": share})
                 for metric, value, mkind in (
                     ("psi_stall_ratio_avg10", psi.avg10, Kind.GAUGE),
                     ("psi_stall_ratio_avg60", psi.avg60, Kind.GAUGE),

@@ -20,10 +20,10 @@ unreadable (not missing) ``name`` is also listed in ``errors``.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from nvdaemon.collectors.base import (
     Collector,
@@ -39,7 +39,7 @@ from nvdaemon.model import Kind, Sample, make_labels
 
 log = logging.getLogger(__name__)
 
-Reader = Callable[[Path], str]
+Reader = Callable[[str], str]  # a file's text, by its path (a string: cheaper to build than a Path)
 
 _ZONE = re.compile(r"intel-rapl:[0-9]+(?::[0-9]+)?", re.ASCII)
 _UINT = re.compile(r"[0-9]{1,25}", re.ASCII)
@@ -61,10 +61,11 @@ def parse_energy(text: str) -> int:
     return int(value)
 
 
-def list_zones(roots: HostRoots) -> list[Path]:
+def list_zones(roots: HostRoots) -> list[str]:
+    """The zone directory names, sorted."""
     base = roots.sys / "class" / "powercap"
     try:
-        zones = sorted(p for p in base.iterdir() if _ZONE.fullmatch(p.name))
+        zones = sorted(name for name in os.listdir(base) if _ZONE.fullmatch(name))
     except (FileNotFoundError, NotADirectoryError) as exc:
         raise NotPresent(str(base)) from exc
     if not zones:
@@ -81,20 +82,29 @@ class RaplCollector(Collector):
         self.permission_denied = False  # energy_uj was unreadable for lack of privilege on the last gather
         self._denial_logged = False
 
+    def present(self, roots: HostRoots) -> bool:
+        """Whether the node has a RAPL zone: a listing of the powercap class directory, which reads no counter."""
+        try:
+            return any(_ZONE.fullmatch(n) for n in os.listdir(roots.sys / "class" / "powercap"))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
     def gather(self, roots: HostRoots) -> Gathered:
         zones: list[Zone] = []
         errors: list[str] = []
         failures: list[Exception] = []
         denied = False
-        for path in list_zones(roots):
+        base = roots.sys / "class" / "powercap"
+        for zone in list_zones(roots):
+            path = f"{base}/{zone}"
             try:
-                label = self._zone_name(path, errors)
-                zones.append(Zone(path.name, label, parse_energy(self._read(path / "energy_uj"))))
+                label = self._zone_name(zone, path, errors)
+                zones.append(Zone(zone, label, parse_energy(self._read(f"{path}/energy_uj"))))
             except PermissionError:
                 denied = True
             except (OSError, NotPresent, ParseError) as exc:
                 failures.append(exc)
-                errors.append(f"{path.name}: {exc}")
+                errors.append(f"{zone}: {exc}")
         self.permission_denied = denied
         if denied:
             # One stable entry however many zones were denied, so the caller can log it once.
@@ -106,14 +116,14 @@ class RaplCollector(Collector):
             raise failures[0]
         return Gathered(zones, errors=errors)
 
-    def _zone_name(self, zone: Path, errors: list[str]) -> str:
+    def _zone_name(self, zone: str, path: str, errors: list[str]) -> str:
         """The zone's ``name`` file, or "" when it is missing (silently) or unreadable (listed in ``errors``)."""
         try:
-            return self._read(zone / "name").strip()
+            return self._read(f"{path}/name").strip()
         except NotPresent:
             return ""
         except OSError as exc:
-            errors.append(f"{zone.name}/name: {exc.strerror or exc}")
+            errors.append(f"{zone}/name: {exc.strerror or exc}")
             return ""
 
     def interpret(self, gathered: Gathered, now: float) -> Interpreted:

@@ -25,7 +25,7 @@ from nvdaemon.collectors.netdev import NetDevCollector, parse_netdev
 from nvdaemon.collectors.pcie_aer import PcieAerCollector, parse_aer
 from nvdaemon.collectors.pressure import PressureCollector, parse_pressure
 from nvdaemon.collectors.rapl import RaplCollector, parse_energy
-from tests.collectors.conftest import FAULTY, copy_host, damaged, fixture_text
+from tests.collectors.conftest import FAULTY, HEALTHY, copy_host, damaged, fixture_text
 from tests.collectors.test_hwmon import failing_reader
 from tests.collectors.test_pcie_aer import AER_DEVICES, GPU
 
@@ -124,6 +124,21 @@ NOT_PRESENT = [
 def test_an_absent_source_is_not_present(tmp_path: Path, make: Callable[[], Collector], host: Host) -> None:
     with pytest.raises(NotPresent):
         make().gather(host.make(tmp_path))
+
+
+@pytest.mark.parametrize(("make", "host"), [p for p in NOT_PRESENT if p.values[0] in (HwmonCollector, RaplCollector)])
+def test_a_source_that_may_hang_says_it_is_absent_before_the_gather(
+    tmp_path: Path, make: Callable[[], Collector], host: Host
+) -> None:
+    """hwmon and RAPL (reads that may hang, so gathered in a worker thread) tell the cycle on the loop, from a
+    directory listing, that the node has no such source: the cycle then starts no thread for them."""
+    assert make().present(host.make(tmp_path)) is False
+
+
+@pytest.mark.parametrize("make", [HwmonCollector, RaplCollector])
+@pytest.mark.parametrize("roots", [HEALTHY, FAULTY], ids=["healthy", "faulty"])
+def test_a_source_the_node_has_is_present(make: Callable[[], Collector], roots: HostRoots) -> None:
+    assert make().present(roots) is True
 
 
 # ---- a source with nothing usable fails the gather ------------------------------------------------------------

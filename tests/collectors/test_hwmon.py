@@ -3,7 +3,6 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -15,10 +14,10 @@ from tests.collectors.conftest import FAULTY, HEALTHY, HOSTS, collect, value
 CORETEMP_FILES = sum(1 for _ in (HOSTS / "faulty" / "sys" / "class" / "hwmon" / "hwmon0").iterdir())
 
 
-def failing_reader(*suffixes: str, inside: str = "", err: int = errno.EIO) -> Callable[[Path], str]:
+def failing_reader(*suffixes: str, inside: str = "", err: int = errno.EIO) -> Callable[[str], str]:
     """A reader that fails like sick I2C hardware for files ending with one of ``suffixes`` or under ``inside``."""
 
-    def read(path: Path) -> str:
+    def read(path: str) -> str:
         if any(str(path).endswith(n) for n in suffixes) or (inside and f"/{inside}/" in str(path)):
             raise OSError(err, os.strerror(err), str(path))
         return read_text(path)

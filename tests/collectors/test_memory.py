@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from nvdaemon.collectors.base import Gathered, HostRoots
+from nvdaemon.collectors.base import Gathered, HostRoots, ParseError
 from nvdaemon.collectors.memory import MemoryCollector, parse_meminfo
 from tests.collectors.conftest import FAULTY, HEALTHY, collect, value
 
@@ -86,3 +88,32 @@ def test_malformed_line_is_an_error_but_the_rest_survives(healthy_copy: HostRoot
 def test_page_counts_are_not_scaled() -> None:
     info = parse_meminfo("MemTotal: 4 kB\nHugePages_Total:      12\n")
     assert info.values == {"MemTotal": 4096, "HugePages_Total": 12}
+
+
+_GOOD = st.tuples(
+    st.sampled_from(["MemTotal", "Active(anon)", "Hugepagesize", "HardwareCorrupted"]),
+    st.sampled_from([":", ": ", ":\t", ":      "]),
+    st.sampled_from(["0", "65844004", "1" * 25]),
+    st.sampled_from(["", " kB", "\tkB", " kB "]),
+).map("".join)
+_PIECES = st.sampled_from(["MemTotal", "Active(anon)", ":", " ", "\t", "\r", "\x0b", "\x1c", "\x1f", "é", "kB"])
+_ODD = st.tuples(
+    st.lists(_PIECES, min_size=1, max_size=3).map("".join),
+    st.sampled_from([":", ": ", ":\t", " ", ""]),
+    st.sampled_from(["0", "65844004", "1" * 26, "-1", "x", ""]),
+    st.sampled_from(["", " kB", "\tkB", " MB", " ", "\r"]),
+).map("".join)
+
+
+@given(st.lists(st.one_of(_GOOD, _GOOD, _GOOD, _ODD, st.sampled_from(["", "   "])), max_size=6))
+def test_the_one_scan_of_a_whole_file_reads_what_the_line_loop_reads(lines: list[str]) -> None:
+    """A text ending in a newline may take the one-scan way; the same text without it takes the per-line loop."""
+    text = "\n".join(lines)
+    outcomes: list[object] = []
+    for candidate in (text, text + "\n"):
+        try:
+            info = parse_meminfo(candidate)
+            outcomes.append((info.values, info.errors))
+        except ParseError as exc:
+            outcomes.append(str(exc))
+    assert outcomes[0] == outcomes[1]

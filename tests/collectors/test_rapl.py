@@ -14,7 +14,8 @@ from tests.collectors.conftest import FAULTY, HEALTHY, collect, find, value
 def deny(*zones: str) -> RaplCollector:
     """A collector whose reader fails like a non-root read of energy_uj (root can read a mode-000 file)."""
 
-    def read(path: Path) -> str:
+    def read(where: str) -> str:
+        path = Path(where)
         if path.name == "energy_uj" and (not zones or path.parent.name in zones):
             raise PermissionError(13, "Permission denied", str(path))
         return read_text(path)
@@ -65,8 +66,8 @@ def test_permission_denied_on_one_zone_keeps_the_others() -> None:
 def test_permission_flag_clears_when_readable_again() -> None:
     denied = {"on": True}
 
-    def read(path: Path) -> str:
-        if denied["on"] and path.name == "energy_uj":
+    def read(path: str) -> str:
+        if denied["on"] and Path(path).name == "energy_uj":
             raise PermissionError(13, "Permission denied")
         return read_text(path)
 
@@ -93,7 +94,8 @@ def test_a_zone_without_a_readable_name_keeps_its_energy(faulty_copy: HostRoots)
     assert find(samples, "power_energy_joules_total", "intel-rapl:0:0", zone="").kind is Kind.COUNTER
     assert len(samples) == 3
 
-    def unreadable_name(path: Path) -> str:
+    def unreadable_name(where: str) -> str:
+        path = Path(where)
         if path.name == "name" and path.parent.name == "intel-rapl:0:1":
             raise OSError(5, "Input/output error", str(path))
         return read_text(path)
