@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 import trio
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.gpu.attribution import Allocation, Attribution, attribute, keys_for
 
 if TYPE_CHECKING:
