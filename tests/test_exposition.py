@@ -69,21 +69,24 @@ def test_generated_families_render_as_prometheus_client_renders_them(specs: list
     reference: list[Any] = []
     for kind, name, doc, labels, rows in specs:
         if kind == "histogram":
-            name = name.removesuffix("_total")
-            a, b = (
-                ex.HistogramMetricFamily(name, doc, labels=labels),
-                pc.HistogramMetricFamily(name, doc, labels=labels),
-            )
+            base = name.removesuffix("_total")
+            h = ex.HistogramMetricFamily(base, doc, labels=labels)
+            hb = pc.HistogramMetricFamily(base, doc, labels=labels)
             for values, (buckets, total) in rows:
-                a.add_metric(values, buckets, total)
-                b.add_metric(values, buckets, total)
+                h.add_metric(values, buckets, total)
+                hb.add_metric(values, buckets, total)
+            ours.append(h)
+            reference.append(hb)
+            continue
+        a: ex.GaugeMetricFamily | ex.CounterMetricFamily
+        b: pc.GaugeMetricFamily | pc.CounterMetricFamily
+        if kind == "gauge":
+            a, b = ex.GaugeMetricFamily(name, doc, labels=labels), pc.GaugeMetricFamily(name, doc, labels=labels)
         else:
-            cls_a = ex.GaugeMetricFamily if kind == "gauge" else ex.CounterMetricFamily
-            cls_b = pc.GaugeMetricFamily if kind == "gauge" else pc.CounterMetricFamily
-            a, b = cls_a(name, doc, labels=labels), cls_b(name, doc, labels=labels)
-            for values, value in rows:
-                a.add_metric(values, value)
-                b.add_metric(values, value)
+            a, b = ex.CounterMetricFamily(name, doc, labels=labels), pc.CounterMetricFamily(name, doc, labels=labels)
+        for values, value in rows:
+            a.add_metric(values, value)
+            b.add_metric(values, value)
         ours.append(a)
         reference.append(b)
     assert ex.render(ours) == theirs(reference)
@@ -93,7 +96,7 @@ def test_generated_families_render_as_prometheus_client_renders_them(specs: list
 def test_values_are_spelt_as_prometheus_client_spells_them(value: float) -> None:
     from prometheus_client.utils import floatToGoString
 
-    assert ex.format_value(value) == floatToGoString(value)
+    assert ex.format_value(value) == floatToGoString(value)  # type: ignore[no-untyped-call]
 
 
 def test_unlabelled_families_with_a_value() -> None:
