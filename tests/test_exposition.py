@@ -148,3 +148,21 @@ def test_hardware_families_match_what_prometheus_client_wrote(tmp_path_factory: 
         if line.removeprefix("# HELP ").removeprefix("# TYPE ").startswith(PREFIX)
     )
     assert hw == hardware_before(view.node, view.snapshots)
+
+
+def test_the_agent_never_imports_prometheus_client() -> None:
+    """The agent writes its exposition itself (about 12 MiB of RSS saved on a bare interpreter, less once trio and
+    hypercorn have loaded what it shares with them); a fresh interpreter loading every module of the package
+    must not pull it in."""
+    import subprocess
+    import sys
+
+    code = (
+        "import pkgutil, sys, nvdaemon\n"
+        "for m in pkgutil.walk_packages(nvdaemon.__path__, 'nvdaemon.'):\n"
+        "    if not m.name.startswith('nvdaemon.proto.') and m.name != 'nvdaemon.__main__':\n"
+        "        __import__(m.name)\n"
+        "print(sorted(n for n in sys.modules if n.startswith('prometheus_client')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
