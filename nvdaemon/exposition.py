@@ -106,8 +106,8 @@ def escape_label_value(value: str) -> str:
 
 @lru_cache(maxsize=1024)
 def label_name(name: str) -> str:
-    """The name as written: unchanged when legacy-valid, else each character that is not replaced by ``_``. Cached:
-    an agent has a few dozen label names."""
+    """The name as written: unchanged when legacy-valid, else with each character outside that set (a digit only
+    when first) replaced by ``_``. Cached: an agent has a few dozen label names."""
     if _LEGACY_LABEL.fullmatch(name):
         return name
     return _BAD_LABEL_CHAR.sub("_", name)
