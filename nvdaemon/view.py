@@ -13,9 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from prometheus_client.core import Metric
-
     from nvdaemon.engine import ActiveCondition, SeriesKey
+    from nvdaemon.exposition import Metric
     from nvdaemon.gpu import GpuRuntime
     from nvdaemon.history.service import HistorySink
     from nvdaemon.model import Event

@@ -26,8 +26,8 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import trio
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.gpu.attribution import Allocation, Attribution, attribute, keys_for
 
 if TYPE_CHECKING:

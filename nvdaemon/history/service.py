@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from nvdaemon.bus import EventBus
 from nvdaemon.config import HISTORY_FILE_IN_DATA_DIR
+from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist, window_end
 from nvdaemon.shutdown import bounded_shield
 from nvdaemon.sinks import ObservableDefaults, SinkContext

@@ -71,13 +71,14 @@ def readiness(view: AgentView) -> tuple[dict[str, Any], int]:
 PROBES = {"/healthz": health, "/readyz": readiness}
 
 
-def build_app(view: AgentView, server_config: ServerConfig) -> QuartTrio:
+def build_app(view: AgentView, server_config: ServerConfig, metrics: MetricsCache | None = None) -> QuartTrio:
     """The quart-trio app over ``view``, bounded by ``server_config`` (``server``: request body size and time; the
-    token file ``apiTokenFile``, read by ``ApiToken`` on guarded requests)."""
+    token file ``apiTokenFile``, read by ``ApiToken`` on guarded requests); ``metrics``: the /metrics cache, shared
+    with the fast path in front of the app (``serve_http``)."""
     app = QuartTrio("nvdaemon")
     app.config["MAX_CONTENT_LENGTH"] = server_config.max_request_bytes
     app.config["BODY_TIMEOUT"] = max(1, round(server_config.header_timeout_seconds))
-    metrics = MetricsCache(view)
+    metrics = metrics or MetricsCache(view)
     token_file = server_config.api_token_file
     api_token = ApiToken(token_file) if token_file else None
 
@@ -179,7 +180,9 @@ async def serve_http(
         return status, msgspec.json.encode(body)
 
     asgi.install()
-    app = asgi.front(build_app(view, server_config), probe)
+    metrics = MetricsCache(view)  # GET /metrics is answered in front of quart; HEAD and the rest go through it
+    pages = {"/metrics": (CONTENT_TYPE.encode(), metrics.render)}
+    app = asgi.front(build_app(view, server_config, metrics=metrics), probe, pages)
     user_timeout = listen.user_timeout_ms(s.header_timeout_seconds)
     socks = sockets
     if not socks or any(sock.fileno() == -1 for sock in socks):

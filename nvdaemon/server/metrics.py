@@ -1,7 +1,14 @@
-"""``/metrics``: a collector over the latest snapshots, on a registry of its own (never the global REGISTRY).
+"""``/metrics``: the exposition of the latest snapshots, rendered when scraped, only the parts that changed.
 
-Hardware samples are exposed as ``nodevitals_hw_<metric>{node,tier,device,<labels sorted>}``. The text is rendered
-once per change (a new snapshot or new events) and served from that cache: a scrape storm costs one render.
+Hardware samples are exposed as ``nodevitals_hw_<metric>{node,tier,device,<labels sorted>}``. Nothing is rendered
+when a tier ticks: a tick bumps ``AgentView.snapshot_version`` (events bump ``bus.published``, anything else
+``changes``), and the next scrape finds that key changed and renders again, from cached parts. A part is the text
+of one input: each tier's ``nodevitals_hw_*`` samples and collector statuses (keyed by that tier's snapshot), the
+smart tier's self metrics, the dcgm, smartctl and node_exporter surfaces (keyed by their snapshot and the few values
+they also read), and the small parts whose inputs carry no version of their own (the tier loops' ticks, the
+agent's self metrics, the sinks' metrics, the process's), rendered again on every scrape that finds the key
+changed. ``MetricsCache.renders`` counts renders per part. Between changes every scrape gets the same cached bytes.
+The text is written by ``nvdaemon.exposition``, byte for byte what prometheus_client wrote before.
 
 Two self metrics carry the Go agent's label sets exactly (nodevitals-contract.md §2):
 ``nodevitals_events_total{node,tier,device,condition,severity,phase,xid}`` counts emitted events (``xid`` empty but
@@ -14,222 +21,215 @@ count is its spool drops and dead letters plus what it lost on the bus; for the 
 
 from __future__ import annotations
 
-import urllib.parse
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.process_collector import ProcessCollector
-from prometheus_client.registry import Collector
-
-from nvdaemon import __version__
 from nvdaemon.catalogue import help_for
 from nvdaemon.compat.dcgm import pod_attributes, render_dcgm
 from nvdaemon.compat.node_exporter.surface import render_node_exporter
 from nvdaemon.compat.smartctl import render_smartctl
-from nvdaemon.gpu.podresources import podresources_metrics
-from nvdaemon.model import COUNT_LABELS, Kind
+from nvdaemon.exposition import header, render, sample_line
+from nvdaemon.model import Kind
+from nvdaemon.server.self_metrics import BUILD_INFO, process_metrics, self_metrics, sink_metrics
 from nvdaemon.server.smart_metrics import smart_self_metrics
 from nvdaemon.server.tier_metrics import tier_self_metrics
 
 if TYPE_CHECKING:
+    from nvdaemon.model import Sample
+    from nvdaemon.tiers import TierSnapshot
     from nvdaemon.view import AgentView
 
 PREFIX = "nodevitals_hw_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# The collector status families, in exposition order: (name as exposed, HELP, type, value of a status).
+STATUS_FAMILIES: tuple[tuple[str, str, str, Callable[[Any], float]], ...] = (
+    (
+        "nodevitals_collector_success",
+        "1 if the collector's last run had no error (an absent source is not one).",
+        "gauge",
+        lambda st: 1.0 if st.success else 0.0,
+    ),
+    (
+        "nodevitals_collector_present",
+        "1 if the collector's source exists on this node.",
+        "gauge",
+        lambda st: 1.0 if st.present else 0.0,
+    ),
+    (
+        "nodevitals_collector_duration_seconds",
+        "Wall time of the collector's last run.",
+        "gauge",
+        lambda st: st.duration,
+    ),
+    (
+        "nodevitals_collector_errors_total",
+        "Errors met by the collector since start (partial failures included).",
+        "counter",
+        lambda st: st.error_total,
+    ),
+)
 
 
 def exposed_as_counter(metric: str, kind: Kind) -> bool:
     """TYPE counter only for a counter sample whose name already ends in ``_total``.
 
-    prometheus_client appends ``_total`` to a counter family's samples, which would rename a series (the Go agent
-    never does: its smart tier's ``smart_power_on_hours`` is a gauge); any other sample is exposed as a gauge.
+    A counter family's samples are named ``<family>_total`` in the text format, which would rename a series that
+    lacks the suffix (the Go agent never does: its smart tier's ``smart_power_on_hours`` is a gauge); any other
+    sample is exposed as a gauge.
     """
     return kind is Kind.COUNTER and metric.endswith("_total")
 
 
-class SnapshotCollector(Collector):
-    def __init__(self, view: AgentView) -> None:
-        self.view = view
+class HwFamily:
+    """One tier's samples of one metric: whether the first one is exposed as a counter, the label names of the
+    first one (node, tier, device, then its own), and the sample lines (every sample's values under those names,
+    extra ones cut, as prometheus_client's families did)."""
 
-    def collect(self) -> Iterator[Metric]:
-        yield from self._hardware()
-        yield from self._self_metrics()
+    __slots__ = ("counter", "labelnames", "lines")
 
-    def _hardware(self) -> Iterator[Metric]:
-        node = self.view.node
-        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
-        for tier, snap in sorted(self.view.snapshots.items()):
-            for s in snap.samples:
-                fam = families.get(s.metric)
-                if fam is None:
-                    name = PREFIX + s.metric
-                    fam_cls = CounterMetricFamily if exposed_as_counter(s.metric, s.kind) else GaugeMetricFamily
-                    fam = fam_cls(
-                        name, help_for(s.metric), labels=["node", "tier", "device", *(k for k, _ in s.labels)]
-                    )
-                    families[s.metric] = fam
-                fam.add_metric([node, tier, s.device, *(v for _, v in s.labels)], s.value)
-        for metric in sorted(families):
-            yield families[metric]
-
-    def _self_metrics(self) -> Iterator[Metric]:
-        view = self.view
-        success = GaugeMetricFamily(
-            "nodevitals_collector_success",
-            "1 if the collector's last run had no error (an absent source is not one).",
-            labels=["collector"],
-        )
-        present = GaugeMetricFamily(
-            "nodevitals_collector_present", "1 if the collector's source exists on this node.", labels=["collector"]
-        )
-        duration = GaugeMetricFamily(
-            "nodevitals_collector_duration_seconds", "Wall time of the collector's last run.", labels=["collector"]
-        )
-        errors = CounterMetricFamily(
-            "nodevitals_collector_errors",
-            "Errors met by the collector since start (partial failures included).",
-            labels=["collector"],
-        )
-        for snap in view.snapshots.values():
-            for name, st in sorted(snap.collectors.items()):
-                success.add_metric([name], 1.0 if st.success else 0.0)
-                present.add_metric([name], 1.0 if st.present else 0.0)
-                duration.add_metric([name], st.duration)
-                errors.add_metric([name], st.error_total)
-        yield from (success, present, duration, errors)
-        # nodevitals_smart_device_readable{device}: a disk the smart tier could not read is not silent.
-        yield from smart_self_metrics(view.snapshots)
-        yield from tier_self_metrics(view.snapshots, view.interval)  # a stuck tier loop, for alerts (as /healthz)
-        yield from podresources_metrics(view.gpu)  # GPU pod attribution: kubelet reachable, failures by reason
-
-        events = CounterMetricFamily("nodevitals_events", "Events emitted, by transition.", labels=list(COUNT_LABELS))
-        for event_key, n in sorted(view.event_counts.items()):
-            events.add_metric(list(event_key), n)
-        yield events
-        yield delivery_dropped(view)
-        dropped = CounterMetricFamily(
-            "nodevitals_bus_dropped", "Events a subscriber lost because its channel was full.", labels=["subscriber"]
-        )
-        for name, n in sorted(view.bus.drop_totals.items()):
-            dropped.add_metric([name], n)
-        yield dropped
-        active = GaugeMetricFamily(
-            "nodevitals_conditions_active",
-            "Conditions currently active.",
-            labels=["tier", "condition", "severity", "stale"],
-        )
-        counts: dict[tuple[str, str, str, str], int] = {}
-        for c in view.engine.active.values():
-            key = (c.tier, c.condition, c.severity, "true" if c.stale else "false")
-            counts[key] = counts.get(key, 0) + 1
-        for key, n in sorted(counts.items()):
-            active.add_metric(list(key), n)
-        yield active
-        if view.tasks:
-            restarts = CounterMetricFamily(
-                "nodevitals_task_restarts", "Restarts of a supervised task.", labels=["task"]
-            )
-            up = GaugeMetricFamily("nodevitals_task_up", "1 if the supervised task is running.", labels=["task"])
-            for name, task in sorted(view.tasks.items()):
-                restarts.add_metric([name], task.restarts)
-                up.add_metric([name], 1.0 if task.state == "running" else 0.0)
-            yield from (restarts, up)
-        reloads = CounterMetricFamily(
-            "nodevitals_config_reloads",
-            "Config reloads (SIGHUP) by result: ok, or rejected (the running config kept).",
-            labels=["result"],
-        )
-        reloads.add_metric(["ok"], view.reloads)
-        reloads.add_metric(["rejected"], view.reload_failures)
-        last_ok = GaugeMetricFamily(
-            "nodevitals_config_last_reload_successful", "0 if the last reload was rejected, else 1."
-        )
-        last_ok.add_metric([], 1.0 if view.last_reload_ok else 0.0)
-        yield from (reloads, last_ok)
-        writable = GaugeMetricFamily(
-            "nodevitals_sink_state_writable",
-            "1 if the sink's last write to stateDir succeeded, 0 while stateDir refuses it (full, read-only).",
-            labels=["sink"],
-        )
-        for name, sink in sorted(view.sinks.items()):
-            if (ok := sink.state_writable()) is not None:
-                writable.add_metric([name], 1.0 if ok else 0.0)
-        if writable.samples:  # only where a sink keeps state (the webhook spool)
-            yield writable
-        # Several webhook endpoints each report the same families: one family per name, or the exposition is invalid.
-        merged: dict[str, Metric] = {}
-        for sink in view.sinks.values():
-            for fam in sink.metrics():
-                if (first := merged.setdefault(fam.name, fam)) is not fam:
-                    first.samples.extend(fam.samples)
-        yield from merged.values()
-        info = GaugeMetricFamily("nodevitals_build_info", "Version of the agent; always 1.", labels=["version"])
-        info.add_metric([__version__], 1.0)
-        yield info
+    def __init__(self, counter: bool, labelnames: tuple[str, ...]) -> None:
+        self.counter = counter
+        self.labelnames = labelnames
+        self.lines: list[str] = []
 
 
-def go_sink_label(url: str) -> str:
-    """``webhook:<scheme>://<host>`` as the Go agent names an endpoint: Go's ``url.URL.Host``, so the port stays
-    when the URL has one and the host keeps its spelling; userinfo, path, query and fragment are cut."""
-    parts = urllib.parse.urlsplit(url)
-    return f"webhook:{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+def hw_families(
+    node: str, tier: str, samples: Sequence[Sample], labelnames: tuple[str, ...] = (), only: str = ""
+) -> dict[str, HwFamily]:
+    """The ``nodevitals_hw_*`` families of one tier's samples, in first-seen order (``only``: that metric's, under
+    ``labelnames``)."""
+    families: dict[str, HwFamily] = {}
+    for s in samples:
+        if only and s.metric != only:
+            continue
+        fam = families.get(s.metric)
+        if fam is None:
+            names = labelnames or ("node", "tier", "device", *(k for k, _ in s.labels))
+            fam = families[s.metric] = HwFamily(exposed_as_counter(s.metric, s.kind), names)
+        values = (node, tier, s.device, *(v for _, v in s.labels))
+        fam.lines.append(sample_line(PREFIX + s.metric, dict(zip(fam.labelnames, values, strict=False)), s.value))
+    return families
 
 
-def delivery_dropped(view: AgentView) -> CounterMetricFamily:
-    """``nodevitals_delivery_dropped_total{sink}``: one row per sink, zeros included (see the module docstring)."""
-    totals: dict[str, float] = {}
-    for name, sink in view.sinks.items():
-        label, lost = name, float(view.bus.drop_totals.get(name, 0) + sum(sink.dropped_counts().values()))
-        if name.startswith("webhook:"):
-            from nvdaemon.sinks.webhook import WebhookEndpoint  # already loaded: the sink was built from it
-
-            if isinstance(sink, WebhookEndpoint):
-                label = go_sink_label(sink.hook.url)
-        # Two endpoints on one host share a Go label, as they share Go's counter.
-        totals[label] = totals.get(label, 0.0) + lost
-    fam = CounterMetricFamily(
-        "nodevitals_delivery_dropped",
-        "Events a sink dropped: spool overflow, dead letters and bus overflow, summed over reasons.",
-        labels=["sink"],
+def status_lines(snap: TierSnapshot) -> tuple[str, ...]:
+    """One tier's lines of each collector status family (STATUS_FAMILIES' order), collectors sorted by name."""
+    statuses = sorted(snap.collectors.items())
+    return tuple(
+        "".join(sample_line(name, {"collector": c}, value(st)) for c, st in statuses)
+        for name, _, _, value in STATUS_FAMILIES
     )
-    for label, n in sorted(totals.items()):
-        fam.add_metric([label], n)
-    return fam
 
 
 class MetricsCache:
-    """Owns the registry; re-renders only when what the view shows changed since the last render."""
+    """The exposition, rendered on a scrape that finds the view changed, from parts cached by their inputs."""
 
     def __init__(self, view: AgentView) -> None:
         self.view = view
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(view))
-        self.registry.register(ProcessCollector(registry=None))
         self._key: tuple[int, int, int, int] | None = None
         self._body = b""
-        self.renders = 0
+        # part -> (the objects it was rendered from, compared by identity; the values, compared by equality; text)
+        self._parts: dict[str, tuple[tuple[object, ...], tuple[object, ...], Any]] = {}
+        self.renders: Counter[str] = Counter()  # part -> times rendered
+
+    def _part(self, name: str, refs: tuple[object, ...], values: tuple[object, ...], make: Callable[[], Any]) -> Any:
+        cached = self._parts.get(name)
+        if (
+            cached is not None
+            and len(cached[0]) == len(refs)
+            and all(a is b for a, b in zip(cached[0], refs, strict=True))
+            and cached[1] == values
+        ):
+            return cached[2]
+        text = make()
+        self._parts[name] = (refs, values, text)
+        self.renders[name] += 1
+        return text
 
     def render(self) -> bytes:
         view = self.view
         key = (view.snapshot_version, view.bus.published, view.reloads, view.changes)
         if key != self._key:
-            # The drop-in surfaces are rendered as text: their exact names would be rewritten by prometheus_client.
-            on, rt, snaps = view.surfaces, view.gpu, view.snapshots
-            pa = rt.pod_attribution if rt is not None else None
-            self._body = (
-                generate_latest(self.registry)
-                + render_dcgm(
-                    snaps.get("gpu"),
-                    enabled=on.dcgm,
-                    node=view.node,
-                    last_xid=rt.last_xid if rt is not None else {},
-                    pods=pod_attributes(pa.current if pa is not None else None),
-                )
-                + render_smartctl(snaps.get("smart"), enabled=on.smartctl)
-                + render_node_exporter(snaps.get("core"), enabled=on.node_exporter)
-            )
+            self._body = self._render()
             self._key = key
-            self.renders += 1
         return self._body
+
+    def _render(self) -> bytes:
+        view = self.view
+        snaps = view.snapshots
+        on, rt = view.surfaces, view.gpu
+        pa = rt.pod_attribution if rt is not None else None
+        attribution = pa.current if pa is not None else None
+        last_xid = tuple(rt.last_xid.items()) if rt is not None else ()
+        smart, core, gpu = snaps.get("smart"), snaps.get("core"), snaps.get("gpu")
+        parts = [
+            self._hardware(snaps),
+            self._statuses(snaps),
+            self._part("smart", (smart,), (), lambda: render(smart_self_metrics(snaps)).encode()),
+            self._always("tiers", lambda: render(tier_self_metrics(snaps, view.interval))),
+            self._always("self", lambda: render(self_metrics(view))),
+            self._always("sinks", lambda: render(sink_metrics(view))),
+            BUILD_INFO,
+            self._always("process", lambda: render(process_metrics())),
+            self._part(
+                "dcgm",
+                (gpu, attribution),
+                (on.dcgm, view.node, last_xid),
+                lambda: render_dcgm(
+                    gpu, enabled=on.dcgm, node=view.node, last_xid=dict(last_xid), pods=pod_attributes(attribution)
+                ),
+            ),
+            self._part("smartctl", (smart,), (on.smartctl,), lambda: render_smartctl(smart, enabled=on.smartctl)),
+            self._part(
+                "node_exporter",
+                (core,),
+                (on.node_exporter,),
+                lambda: render_node_exporter(core, enabled=on.node_exporter),
+            ),
+        ]
+        return b"".join(parts)
+
+    def _always(self, name: str, make: Callable[[], str]) -> bytes:
+        """A part without a version of its inputs: rendered on every scrape that finds the view changed."""
+        self.renders[name] += 1
+        return make().encode()
+
+    def _hardware(self, snaps: Mapping[str, TierSnapshot]) -> bytes:
+        """The ``nodevitals_hw_*`` families: metrics sorted by name, each one's samples tier by tier (sorted)."""
+        per_tier = [(tier, snap, self._hw_tier(tier, snap)) for tier, snap in sorted(snaps.items())]
+        out: list[str] = []
+        for metric in sorted({m for _, _, fams in per_tier for m in fams}):
+            first: HwFamily | None = None
+            for tier, snap, fams in per_tier:
+                fam = fams.get(metric)
+                if fam is None:
+                    continue
+                if first is None:
+                    first = fam
+                    out.append(header(PREFIX + metric, help_for(metric), "counter" if fam.counter else "gauge"))
+                    out.extend(fam.lines)
+                elif fam.labelnames == first.labelnames:
+                    out.extend(fam.lines)
+                else:  # rare: two tiers giving one metric other labels; one family, the first tier's label names
+                    out.extend(hw_families(self.view.node, tier, snap.samples, first.labelnames, metric)[metric].lines)
+        return "".join(out).encode()
+
+    def _hw_tier(self, tier: str, snap: TierSnapshot) -> dict[str, HwFamily]:
+        node = self.view.node
+        families: dict[str, HwFamily] = self._part(
+            f"hw:{tier}", (snap,), (node,), lambda: hw_families(node, tier, snap.samples)
+        )
+        return families
+
+    def _statuses(self, snaps: Mapping[str, TierSnapshot]) -> bytes:
+        """The four collector status families, each with every tier's collectors (tiers in the view's order)."""
+        lines = [self._status_tier(tier, snap) for tier, snap in snaps.items()]
+        out: list[str] = []
+        for i, (name, doc, typ, _) in enumerate(STATUS_FAMILIES):
+            out.append(header(name, doc, typ))
+            out.extend(tier_lines[i] for tier_lines in lines)
+        return "".join(out).encode()
+
+    def _status_tier(self, tier: str, snap: TierSnapshot) -> tuple[str, ...]:
+        lines: tuple[str, ...] = self._part(f"collectors:{tier}", (snap,), (), lambda: status_lines(snap))
+        return lines

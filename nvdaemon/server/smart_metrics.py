@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from nvdaemon.collectors.smart import smart_result
+from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 
 
 def smart_self_metrics(snapshots: Mapping[str, Any]) -> Iterator[Metric]:

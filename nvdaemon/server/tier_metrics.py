@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from nvdaemon.exposition import GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
     from nvdaemon.tiers import TierSnapshot

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import trio
-from prometheus_client.core import Metric
 
 from nvdaemon.bus import EventBus
+from nvdaemon.exposition import Metric
 from nvdaemon.model import Event
 
 if TYPE_CHECKING:  # types only: the config structs and conditions a context carries

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
-from prometheus_client.core import Metric
 
 from nvdaemon.engine import rule_key
+from nvdaemon.exposition import Metric
 from nvdaemon.sinks import BusSubscriber, ObservableDefaults, SinkContext
 from nvdaemon.sinks.nvsentinel_map import CheckSpec, Health, Key
 from nvdaemon.sinks.nvsentinel_reconciler import Reconciler

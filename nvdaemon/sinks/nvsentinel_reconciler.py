@@ -36,11 +36,11 @@ from typing import Any
 import grpc
 import msgspec
 import trio
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from nvdaemon.backoff import backoff, plus_minus
 from nvdaemon.config import NvsentinelSink, Rule
 from nvdaemon.engine import ActiveCondition
+from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.model import Event, Phase, new_event_id
 from nvdaemon.sinks.nvsentinel_map import (
     LOST_CONDITION,

@@ -27,8 +27,8 @@ from typing import Any
 
 import msgspec
 import trio
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.model import Event, Severity
 from nvdaemon.queryparams import parse_count
 from nvdaemon.shutdown import bounded_shield

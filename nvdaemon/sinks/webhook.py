@@ -39,11 +39,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import httpx
 import msgspec
 import trio
-from prometheus_client.core import Metric
 
 from nvdaemon.backoff import FULL, backoff
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
+from nvdaemon.exposition import Metric
 from nvdaemon.model import Event
 from nvdaemon.sinks import BusSubscriber, CommitTracker, Sink, SinkContext, cloudevent, signing, webhook_url
 from nvdaemon.sinks.spool import Row, SpoolDB

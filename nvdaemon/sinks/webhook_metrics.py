@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 if TYPE_CHECKING:
     from nvdaemon.sinks.spool_io import Quarantine

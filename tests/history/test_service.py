@@ -154,19 +154,9 @@ async def test_agent_wiring_metrics_state_and_shutdown_flush(tmp_path: Path) -> 
     assert [s.points for s in found] == [[(T0 + 300, 300.0, 300.0, 300.0)]]
     store.close()
     assert agent.changes > changes and sink.series == 1 and sink.db_bytes > 0
-    from collections.abc import Iterator
+    from nvdaemon.exposition import render
 
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import Metric
-    from prometheus_client.registry import Collector
-
-    class One(Collector):
-        def collect(self) -> Iterator[Metric]:
-            yield from sink.metrics()
-
-    reg = CollectorRegistry()
-    reg.register(One())
-    text = generate_latest(reg).decode()
+    text = render(sink.metrics())
     assert "nodevitals_history_points_written_total 1.0" in text
     assert "nodevitals_history_series 1.0" in text
     assert "nodevitals_history_db_bytes" in text

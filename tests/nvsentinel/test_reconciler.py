@@ -17,11 +17,10 @@ import grpc
 import msgspec
 import pytest
 import trio
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.registry import Collector
 
 from nvdaemon.config import Rule, RuleNvsentinel
 from nvdaemon.engine import ActiveCondition, rule_key
+from nvdaemon.exposition import render
 from nvdaemon.model import Event, Phase
 from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.sinks.nvsentinel import Reconciler
@@ -474,12 +473,8 @@ async def test_damaged_state_file_is_quarantined(
 
 
 def _metric(rec: Reconciler, name: str, **labels: str) -> float:
-    class One(Collector):
-        def collect(self) -> Iterable[object]:  # type: ignore[override]
-            return rec.metrics()
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(One())
-    value = registry.get_sample_value(name, {"monitor": "nvdaemon", **labels})
-    assert value is not None, generate_latest(registry).decode()
-    return value
+    families = list(rec.metrics())
+    want = {"monitor": "nvdaemon", **labels}
+    values = [s.value for fam in families for s in fam.samples if s.name == name and s.labels == want]
+    assert len(values) == 1, render(families)
+    return values[0]

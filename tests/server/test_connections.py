@@ -18,6 +18,7 @@ from nvdaemon.config import ServerConfig
 from nvdaemon.server import app as server_app
 from nvdaemon.server.accept import PROBE_LANE, AcceptErrors, Gate, accept_loop
 from nvdaemon.server.asgi import WORK_SLOTS
+from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.view import AgentView
 from tests.server.raw import Conn, make_server_view, serving
 
@@ -136,8 +137,10 @@ async def test_probes_answer_while_every_work_slot_is_held(tmp_path: Path, monke
     release = trio.Event()
     real_build_app = server_app.build_app
 
-    def build_app_with_a_stuck_route(view: AgentView, server_config: ServerConfig) -> QuartTrio:
-        app = real_build_app(view, server_config)
+    def build_app_with_a_stuck_route(
+        view: AgentView, server_config: ServerConfig, metrics: MetricsCache | None = None
+    ) -> QuartTrio:
+        app = real_build_app(view, server_config, metrics)
 
         @app.get("/v1/stuck")
         async def stuck() -> str:

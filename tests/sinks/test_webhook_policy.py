@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import email.utils
 import itertools
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +14,9 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.registry import Collector
 
 from nvdaemon.config import SpoolConfig
+from nvdaemon.exposition import render
 from nvdaemon.sinks import signing
 from nvdaemon.sinks.spool import DEAD, FILE, SpoolDB
 from nvdaemon.sinks.spool_io import Spool
@@ -199,13 +198,7 @@ async def test_spool_overflow_is_counted_per_reason(tmp_path: Path, autojump_clo
 
 
 def exposition(sink: WebhookEndpoint) -> list[str]:
-    class C(Collector):
-        def collect(self) -> Iterator[Any]:
-            yield from sink.metrics()
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(C())
-    return generate_latest(registry).decode().splitlines()
+    return render(sink.metrics()).splitlines()
 
 
 async def test_metrics_and_state_name_only_host_and_port(
