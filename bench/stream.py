@@ -74,9 +74,11 @@ def _event(i: int) -> Event:
     )
 
 
-def fanout_latency(rate: int = RATE) -> dict[str, Any]:
-    """p50/p99 publish-to-receive latency to CLIENTS clients at ``rate`` events/s for SECONDS, with drops."""
+def fanout_latency(rate: int = RATE, burst: int | None = None) -> dict[str, Any]:
+    """p50/p99 publish-to-receive latency to CLIENTS clients at ``rate`` events/s for SECONDS, with drops. Events
+    are published ``burst`` at a time (default: one 10 ms tick's worth, ``rate`` / 100)."""
     total = rate * SECONDS
+    burst = burst or max(1, rate // 100)
 
     async def main() -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as tmp:
@@ -101,8 +103,8 @@ def fanout_latency(rate: int = RATE) -> dict[str, Any]:
                         buf += await proc.stdout.receive_some()
                     began = trio.current_time()
                     cpu0 = time.process_time()
-                    for i in range(total):  # 10 events every 10 ms
-                        if i % 10 == 0:
+                    for i in range(total):  # `burst` events together, every burst / rate seconds
+                        if i % burst == 0:
                             await trio.sleep_until(began + i / rate)
                         agent.bus.publish(_event(i))
                     while chunk := await proc.stdout.receive_some():
@@ -136,6 +138,7 @@ def fanout_latency(rate: int = RATE) -> dict[str, Any]:
         p + "bus_dropped": r["bus_dropped"],
         p + "messages_missing": CLIENTS * total - sum(r["received"]),
         p + "server_cpu_us_per_message": r["server_cpu_s"] / max(1, r["messages"]) * 1e6,
+        p + "client_cpu_us_per_message": r["client_cpu_s"] / max(1, sum(r["received"])) * 1e6,
     }
 
 
