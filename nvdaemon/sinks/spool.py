@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import sqlite3
 import time
@@ -37,6 +38,7 @@ from nvdaemon.statefile import ensure_dir
 
 FILE = "spool.db"
 PENDING, DEAD = 0, 1
+SQLITE_FULL = 13  # https://sqlite.org/rescode.html
 T = TypeVar("T")
 Drops = dict[str, list[str]]  # reason -> ids of the events dropped for it
 LOW_SPACE = 16 * 1024 * 1024  # bytes free in stateDir below which every write is followed by a checkpoint
@@ -287,8 +289,8 @@ class SpoolDB:
         return the endpoint's next ``limit`` pending ones (``heads``)."""
         sh = self.share(endpoint)
 
-        def work() -> None:
-            for seq, event_id in done:
+        def work(items: Sequence[tuple[int, str]]) -> None:
+            for seq, event_id in items:
                 r = self.db.execute(
                     "DELETE FROM spool WHERE seq = ? AND event_id = ? RETURNING length(body)", (seq, event_id)
                 ).fetchone()
@@ -296,8 +298,16 @@ class SpoolDB:
                     sh.pending -= 1
                     sh.bytes -= r[0]
 
-        if done:
-            self._tx("NORMAL", work)
+        try:
+            if done:
+                self._tx("NORMAL", lambda: work(done))
+        except (sqlite3.Error, OSError) as exc:
+            if len(done) == 1 or not _out_of_space(exc):
+                raise
+            # The room ``_room_for`` keeps free holds one delete's transaction, not a batch's: on a full disk the
+            # batch may not fit where each delete does, and only deletes make room.
+            for item in done:
+                self._tx("NORMAL", functools.partial(work, [item]))
         return self.heads(endpoint, limit)
 
     def attempted(self, seq: int, event_id: str, attempts: int, error: str) -> None:
@@ -373,6 +383,13 @@ class SpoolDB:
         n = self._tx("FULL", work)
         self._shares.clear()
         return n
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    """sqlite's SQLITE_FULL (13, also in an extended code's low byte), or the filesystem's ENOSPC / EDQUOT."""
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def held_ids(path: Path) -> dict[str, list[str]] | None:
