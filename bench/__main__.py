@@ -82,9 +82,18 @@ def stream() -> tuple[list[Row], dict[str, Any]]:
     delivered = (CLIENTS * RATE * SECONDS - raw[high + "messages_missing"]) / SECONDS
     raw[high + "delivered_msgs_per_s"] = delivered
     asked = Target("value", ">=", float(CLIENTS * RATE), "bench/stream.py")
+    closed = CLIENTS - raw[low + "clients_complete"] + raw[low + "slow_disconnects"]
     rows = [
         Row(f"/v1/events {CLIENTS} clients @{RATE // 10}/s p50", raw[low + "p50_ms"], "ms"),
-        Row(f"/v1/events {CLIENTS} clients @{RATE // 10}/s p99", raw[low + "p99_ms"], "ms"),
+        Row(
+            f"/v1/events {CLIENTS} clients @{RATE // 10}/s p99",
+            raw[low + "p99_ms"],
+            "ms",
+            target=Target("value", "<=", 20),
+        ),
+        Row(f"/v1/events {CLIENTS} clients @{RATE // 10}/s closed", float(closed), target=Target("value", "<=", 0)),
+        Row(f"/v1/events @{RATE // 10}/s CPU per message, agent", raw[low + "server_cpu_us_per_message"], "us"),
+        Row(f"/v1/events @{RATE // 10}/s CPU per message, clients", raw[low + "client_cpu_us_per_message"], "us"),
         Row(f"/v1/events {CLIENTS} clients @{RATE}/s delivered", delivered, "msg/s", target=asked),
         Row(f"/v1/events {CLIENTS} clients @{RATE}/s slow closes", float(raw[high + "slow_disconnects"])),
     ]
@@ -96,7 +105,13 @@ def webhook() -> tuple[list[Row], dict[str, Any]]:
 
     raw: dict[str, Any] = {**delivery(), **spooled_rss()}
     rows = [
-        Row("webhook delivered, signed, loopback", raw["webhook_events_per_s"], "ev/s"),
+        Row(
+            "webhook delivered, signed, loopback",
+            raw["webhook_events_per_s"],
+            "ev/s",
+            target=Target("value", ">=", 2000),
+        ),
+        Row("webhook agent CPU per delivered event", raw["webhook_agent_cpu_us_per_event"], "us"),
         Row("webhook emission->receipt p50", raw["webhook_latency_p50_ms"], "ms"),
         Row("webhook emission->receipt p99", raw["webhook_latency_p99_ms"], "ms"),
         Row(f"webhook agent RSS, {SPOOLED:,} spooled", raw["webhook_rss_spooled_mib"], "MiB"),

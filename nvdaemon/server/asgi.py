@@ -34,19 +34,28 @@ the running app and the buffer: a client that keeps sending fragments grows it w
 the connection down right after the 1009 and drops the buffer, so at most the cap plus one socket read (64 KiB) is
 ever held. It also removes ``Sec-WebSocket-Extensions`` from the handshake: permessage-deflate would inflate a small
 compressed frame into megabytes before any size check, and the stream's small JSON messages do not need it.
+
+**Pre-encoded frames** (``write_frames``). ``/v1/events`` sends the same event to up to ``maxClients`` clients;
+through ASGI every client's message would be framed by its own wsproto connection and written on its own. The
+stream route instead hands complete frames, built once per event (``nvdaemon.sinks.stream.Frame``), to
+``write_frames``, which writes them as they are, several in one socket write. ``front`` makes it available to the
+websocket handler's context (``frame_writer``). Valid because no extension is negotiated (no RSV bits, no deflate)
+and a server's frames are unmasked; once the connection is closing they are dropped, as hypercorn drops a message.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import hypercorn.protocol.h2
 import hypercorn.protocol.h11
 import trio
-from hypercorn.protocol.events import Event, Request, StreamClosed
-from hypercorn.protocol.ws_stream import WSStream
+from hypercorn.protocol.events import Data, Event, Request, StreamClosed
+from hypercorn.protocol.ws_stream import ASGIWebsocketState, WSStream
+from wsproto.connection import ConnectionState
 
 ASGIApp = Any  # an ASGI 3 callable: (scope, receive, send) -> None
 
@@ -54,6 +63,15 @@ ASGIApp = Any  # an ASGI 3 callable: (scope, receive, send) -> None
 WORK_SLOTS = 16  # HTTP requests (other than the probes) between arrival and the start of their response
 Probe = Callable[[str], "tuple[int, bytes] | None"]  # path -> (status, JSON body); None: not a probe path
 Page = tuple[bytes, Callable[[], bytes]]  # a GET answered without quart: (content type, the body's source)
+
+FrameWriter = Callable[[bytes], Awaitable[None]]  # complete websocket frames -> the connection's socket
+_FRAME_WRITER: contextvars.ContextVar[FrameWriter | None] = contextvars.ContextVar("frame_writer", default=None)
+
+
+def frame_writer() -> FrameWriter | None:
+    """The websocket connection's ``BoundedWSStream.write_frames``, in the task of its handler (None elsewhere, or
+    under another server)."""
+    return _FRAME_WRITER.get()
 
 
 def front(app: ASGIApp, probe: Probe, pages: Mapping[str, Page] | None = None) -> ASGIApp:
@@ -65,6 +83,9 @@ def front(app: ASGIApp, probe: Probe, pages: Mapping[str, Page] | None = None) -
 
     async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
+            stream = getattr(send, "__self__", None)  # hypercorn hands the app its stream's bound app_send
+            if isinstance(stream, BoundedWSStream):
+                _FRAME_WRITER.set(stream.write_frames)  # this task's own context, copied into quart's handler
             await app(scope, receive, send)
             return
         if scope["method"] in ("GET", "HEAD") and (answer := probe(scope["path"])) is not None:
@@ -121,6 +142,14 @@ class BoundedWSStream(WSStream):
             # hypercorn has just queued close 1009 (MESSAGE_TOO_BIG); end the connection instead of reading on.
             self.buffer.clear()
             await self.send(StreamClosed(stream_id=self.stream_id))
+
+    async def write_frames(self, frames: bytes) -> None:
+        """Complete, unmasked, extension-free frames (one or more) to the socket, in one write."""
+        if self.closed or self.state != ASGIWebsocketState.CONNECTED:
+            return
+        if self.connection.state is not ConnectionState.OPEN:
+            return
+        await self.send(Data(stream_id=self.stream_id, data=frames))
 
 
 class Http11Only(hypercorn.protocol.h11.H11Protocol):

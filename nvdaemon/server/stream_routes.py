@@ -15,6 +15,7 @@ Close codes: 1013 when the client fell more than ``clientQueue`` events behind, 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -22,8 +23,9 @@ import trio
 from quart import Response, request, websocket
 from quart_trio import QuartTrio
 
+from nvdaemon.server import asgi
 from nvdaemon.server.responses import json_response, query_lists
-from nvdaemon.sinks.stream import CLOSE_GOING_AWAY, Client, Cursor, FilterError, Filters, Refused, Replay
+from nvdaemon.sinks.stream import CLOSE_GOING_AWAY, Client, Cursor, FilterError, Filters, Frame, Refused, Replay
 
 if TYPE_CHECKING:
     from nvdaemon.sinks.stream import StreamHub
@@ -34,6 +36,8 @@ FLUSH_ON_SHUTDOWN_SECONDS = 1.0  # events still queued for a client when the age
 # An application-level keepalive. ASGI gives the application no way to send ping frames, and hypercorn's own ping
 # task (websocket_ping_interval) outlives each connection by up to one interval, holding up the agent's shutdown.
 PING = '{"type":"ping"}'
+PING_FRAME = Frame.of(PING.encode())
+Write = Callable[[list[Frame]], Awaitable[None]]  # sends frames in order; see ``writer``
 
 
 def register(app: QuartTrio, view: AgentView) -> None:
@@ -59,7 +63,7 @@ def register(app: QuartTrio, view: AgentView) -> None:
         head = msgspec.json.encode(
             {"status": "unknown_cursor" if replay.unknown_cursor else "ok", "oldest": replay.oldest}
         )
-        body = head[:-1] + b',"events":[' + ",".join(replay.messages).encode() + b"]}"
+        body = head[:-1] + b',"events":[' + b",".join(f.payload for f in replay.messages) + b"]}"
         return Response(body, status=200, content_type="application/json")
 
     @app.websocket("/v1/events")
@@ -77,7 +81,7 @@ def register(app: QuartTrio, view: AgentView) -> None:
             return json_response({"error": "too many stream clients"}, 503)
         try:
             await websocket.accept()
-            await _pump(client, replay, cursor, h.config.ping_seconds)
+            await _pump(client, replay, cursor, h.config.ping_seconds, writer())
             with trio.move_on_after(CLOSE_SEND_SECONDS):
                 await websocket.close(client.close_code or CLOSE_GOING_AWAY, client.close_reason)
         finally:
@@ -85,41 +89,44 @@ def register(app: QuartTrio, view: AgentView) -> None:
         return None
 
 
-async def _pump(client: Client, replay: Replay, cursor: Cursor, ping_seconds: float) -> None:
+async def _pump(client: Client, replay: Replay, cursor: Cursor, ping_seconds: float, write: Write) -> None:
     """Send the replay, then live events and a ping every ``ping_seconds``, until the hub kicks this client (or the
-    peer goes away: quart then cancels the handler). One task sends, so messages never interleave out of order."""
+    peer goes away: quart then cancels the handler). One task sends, so messages never interleave out of order;
+    every frame already queued goes out with the one that woke it, in one ``write``."""
     sent_all = trio.Event()
 
     async def sender() -> None:
         next_ping = trio.current_time() + ping_seconds
         control = replay.control(cursor.since)
-        if control is not None:
-            await websocket.send(control)
-        for text in replay.messages:
-            await websocket.send(text)
+        first = [Frame.of(control.encode())] if control is not None else []
+        first += replay.messages
+        if first:
+            await write(first)
         while True:
             try:
-                text = client.receive.receive_nowait()  # a backlog goes out without a cancel scope per message
-            except trio.WouldBlock:
-                pass
+                batch = _queued(client.receive, [])  # a backlog goes out without a cancel scope per message
             except trio.EndOfChannel:
                 break
-            else:
-                await websocket.send(text)
+            if batch:
+                await write(batch)
                 if trio.current_time() < next_ping:
                     continue
             # Only the wait is bounded by the ping deadline, never the send: a send cut short by it lost the event.
-            got: str | None = None
+            got: Frame | None = None
             with trio.move_on_at(next_ping):
                 try:
                     got = await client.receive.receive()
                 except trio.EndOfChannel:
                     break
             if got is not None:
-                await websocket.send(got)
+                try:
+                    batch = _queued(client.receive, [got])
+                except trio.EndOfChannel:
+                    batch = [got]
+                await write(batch)
                 continue
             next_ping += ping_seconds
-            await websocket.send(PING)
+            await write([PING_FRAME])
         sent_all.set()
 
     async def ignore_incoming() -> None:
@@ -134,3 +141,35 @@ async def _pump(client: Client, replay: Replay, cursor: Cursor, ping_seconds: fl
             with trio.move_on_after(FLUSH_ON_SHUTDOWN_SECONDS):
                 await sent_all.wait()
         nursery.cancel_scope.cancel()
+
+
+def _queued(receive: trio.MemoryReceiveChannel[Frame], batch: list[Frame]) -> list[Frame]:
+    """``batch`` plus every frame queued now (at most ``clientQueue``). EndOfChannel only when nothing was taken."""
+    while True:
+        try:
+            batch.append(receive.receive_nowait())
+        except trio.WouldBlock:
+            return batch
+        except trio.EndOfChannel:
+            if batch:
+                return batch
+            raise
+
+
+def writer() -> Write:
+    """How this connection's frames are sent: written as they are, several at once, under the agent's hypercorn
+    (``asgi.frame_writer``); else one ASGI text message each."""
+    raw = asgi.frame_writer()
+    if raw is not None:
+        write_raw = raw
+
+        async def write(batch: list[Frame]) -> None:
+            await write_raw(batch[0].wire if len(batch) == 1 else b"".join(f.wire for f in batch))
+
+    else:
+
+        async def write(batch: list[Frame]) -> None:
+            for frame in batch:
+                await websocket.send(frame.text)
+
+    return write

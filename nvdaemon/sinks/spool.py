@@ -6,8 +6,9 @@ share, never evict what a healthy receiver still has to get, and each endpoint's
 row. ``spool.maxEvents`` and ``spool.maxBytes`` therefore bound each endpoint's share (pending and dead letters).
 
 Durability: an ingest batch is committed with ``synchronous=FULL`` before the sink takes the next event off the bus.
-Delivery bookkeeping (delete on 2xx, attempt counts) commits at ``NORMAL``: a crash can lose at most that
-bookkeeping, which shows up as a duplicate delivery, never as a lost event.
+Delivery bookkeeping (delete on 2xx, attempt counts) commits at ``NORMAL``, deletes batched (``forget``: the sender
+forgets what it delivered of its read-ahead in one transaction): a crash can lose at most that bookkeeping, which
+shows up as a duplicate delivery, never as a lost event.
 
 Overflow order when a share is over a bound: dead letters first (oldest first), then pending events of the lowest
 severity (info, then warning, then critical), oldest first within a severity. ``add`` returns the dropped events'
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import sqlite3
 import time
@@ -36,6 +38,7 @@ from nvdaemon.statefile import ensure_dir
 
 FILE = "spool.db"
 PENDING, DEAD = 0, 1
+SQLITE_FULL = 13  # https://sqlite.org/rescode.html
 T = TypeVar("T")
 Drops = dict[str, list[str]]  # reason -> ids of the events dropped for it
 LOW_SPACE = 16 * 1024 * 1024  # bytes free in stateDir below which every write is followed by a checkpoint
@@ -266,20 +269,46 @@ class SpoolDB:
         ).fetchone()
         return Row(*r) if r else None
 
+    def heads(self, endpoint: str, limit: int) -> list[Row]:
+        """The endpoint's ``limit`` oldest pending events, oldest first (the sender's read-ahead)."""
+        if limit <= 0:
+            return []
+        cur = self.db.execute(
+            f"SELECT {_COLUMNS} FROM spool WHERE endpoint = ? AND state = {PENDING} ORDER BY seq LIMIT ?",
+            (endpoint, limit),
+        )
+        return [Row(*r) for r in cur]
+
     def delivered(self, endpoint: str, seq: int, event_id: str) -> Row | None:
         """Forget a delivered event; return the endpoint's next pending one (the sender's next read)."""
+        rows = self.forget(endpoint, [(seq, event_id)], 1)
+        return rows[0] if rows else None
+
+    def forget(self, endpoint: str, done: Sequence[tuple[int, str]], limit: int) -> list[Row]:
+        """Forget delivered events ``(seq, event_id)``, all in one transaction (one WAL append, not one per event);
+        return the endpoint's next ``limit`` pending ones (``heads``)."""
         sh = self.share(endpoint)
 
-        def work() -> None:
-            r = self.db.execute(
-                "DELETE FROM spool WHERE seq = ? AND event_id = ? RETURNING length(body)", (seq, event_id)
-            ).fetchone()
-            if r is not None:
-                sh.pending -= 1
-                sh.bytes -= r[0]
+        def work(items: Sequence[tuple[int, str]]) -> None:
+            for seq, event_id in items:
+                r = self.db.execute(
+                    "DELETE FROM spool WHERE seq = ? AND event_id = ? RETURNING length(body)", (seq, event_id)
+                ).fetchone()
+                if r is not None:
+                    sh.pending -= 1
+                    sh.bytes -= r[0]
 
-        self._tx("NORMAL", work)
-        return self.head(endpoint)
+        try:
+            if done:
+                self._tx("NORMAL", lambda: work(done))
+        except (sqlite3.Error, OSError) as exc:
+            if len(done) == 1 or not _out_of_space(exc):
+                raise
+            # The room ``_room_for`` keeps free holds one delete's transaction, not a batch's: on a full disk the
+            # batch may not fit where each delete does, and only deletes make room.
+            for item in done:
+                self._tx("NORMAL", functools.partial(work, [item]))
+        return self.heads(endpoint, limit)
 
     def attempted(self, seq: int, event_id: str, attempts: int, error: str) -> None:
         self._tx(
@@ -354,6 +383,13 @@ class SpoolDB:
         n = self._tx("FULL", work)
         self._shares.clear()
         return n
+
+
+def _out_of_space(exc: BaseException) -> bool:
+    """sqlite's SQLITE_FULL (13, also in an extended code's low byte), or the filesystem's ENOSPC / EDQUOT."""
+    if isinstance(exc, sqlite3.Error):
+        return (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == SQLITE_FULL
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def held_ids(path: Path) -> dict[str, list[str]] | None:

@@ -1,9 +1,13 @@
 """The websocket hub: a sink that keeps a ring buffer of recent events and fans each one out to live clients.
 
-Every event is encoded once, as the CloudEvent JSON the webhook sends (``cloudevent.encode``, structured mode), and
-handed to each client whose filters match through the client's own bounded queue with ``send_nowait``. A client
-whose queue is full has fallen too far behind: it is closed with code 1013 ("try again later") and counted under
-``nodevitals_stream_disconnects_total{reason="slow"}``; neither the engine nor the other clients ever wait for it.
+Every event is encoded once, for every client: the CloudEvent JSON the webhook sends (``cloudevent.encode``,
+structured mode) inside one complete websocket text frame (``Frame``: RFC 6455, FIN, unmasked, as a server sends).
+That same ``Frame`` object is handed to each client whose filters match through the client's own bounded queue
+with ``send_nowait``, and the route writes its bytes as they are (``nvdaemon/server/asgi.py``,
+``BoundedWSStream.write_frames``), several queued frames in one socket write; no per-client JSON or frame encode.
+A client whose queue is full has fallen too far behind: it is closed with code 1013 ("try again later") and
+counted under ``nodevitals_stream_disconnects_total{reason="slow"}``; neither the engine nor the other clients ever
+wait for it.
 
 Replay: a client names a cursor (``since``, an event id) or a count (``replay``); the hub answers with the matching
 events of the ring buffer *and* registers the client in the same synchronous step, so nothing falls between replay
@@ -52,6 +56,41 @@ def _names(values: Iterable[str]) -> frozenset[str]:
     return frozenset(part.strip() for v in values for part in v.split(",") if part.strip())
 
 
+def text_frame(payload: bytes) -> bytes:
+    """``payload`` (UTF-8 text) as one websocket frame from a server: FIN, opcode 1 (text), no mask, the 7, 16 or
+    64-bit payload length (RFC 6455 section 5.2). No extension is ever negotiated (``BoundedWSStream`` strips the
+    offer), so the RSV bits are zero."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x81, n))
+    elif n < 1 << 16:
+        head = b"\x81\x7e" + n.to_bytes(2, "big")
+    else:
+        head = b"\x81\x7f" + n.to_bytes(8, "big")
+    return head + payload
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One message as it goes on the wire (``wire``: a complete text frame) and where its payload starts in it."""
+
+    wire: bytes
+    start: int
+
+    @classmethod
+    def of(cls, payload: bytes) -> Frame:
+        wire = text_frame(payload)
+        return cls(wire, len(wire) - len(payload))
+
+    @property
+    def payload(self) -> bytes:
+        return self.wire[self.start :]
+
+    @property
+    def text(self) -> str:
+        return self.wire[self.start :].decode()
+
+
 @dataclass(frozen=True)
 class Filters:
     """What a client wants: minimum severity, conditions, device globs, tiers. Empty means everything."""
@@ -60,6 +99,11 @@ class Filters:
     conditions: frozenset[str] = frozenset()
     devices: tuple[str, ...] = ()
     tiers: frozenset[str] = frozenset()
+
+    @property
+    def everything(self) -> bool:
+        """No filter at all: every event matches (an unknown severity is never hidden, a known one is >= info)."""
+        return self.min_severity <= Severity.INFO and not (self.conditions or self.devices or self.tiers)
 
     @classmethod
     def from_query(cls, args: Mapping[str, list[str]]) -> Filters:
@@ -114,7 +158,7 @@ class Cursor:
 
 @dataclass
 class Replay:
-    messages: list[str]
+    messages: list[Frame]
     unknown_cursor: bool = False
     oldest: str | None = None  # the oldest id the buffer holds, for the unknown-cursor control message
 
@@ -139,8 +183,9 @@ class Client:
     once ``kicked`` is set (by the hub: slow, or shutting down)."""
 
     filters: Filters
-    send: trio.MemorySendChannel[str]
-    receive: trio.MemoryReceiveChannel[str]
+    send: trio.MemorySendChannel[Frame]
+    receive: trio.MemoryReceiveChannel[Frame]
+    everything: bool = False  # ``filters.everything``, read once per client instead of once per event
     close_code: int | None = None
     close_reason: str = ""
     kicked: trio.Event = field(default_factory=trio.Event)
@@ -164,7 +209,7 @@ class StreamHub(BusSubscriber, ObservableDefaults):
     def __init__(self, ctx: SinkContext) -> None:
         self.config = config = ctx.stream
         self._note_metrics = ctx.note_change
-        self.buffer: collections.deque[tuple[Event, str]] = collections.deque(maxlen=config.buffer_size)
+        self.buffer: collections.deque[tuple[Event, Frame]] = collections.deque(maxlen=config.buffer_size)
         self.clients: set[Client] = set()
         self.disconnects: collections.Counter[str] = collections.Counter()
         self.messages = 0  # event messages handed to clients (replay included)
@@ -185,6 +230,13 @@ class StreamHub(BusSubscriber, ObservableDefaults):
         try:
             async for event in self.events:
                 self.publish(event)
+                # Everything already waiting goes out before any client's sender runs: a burst of events reaches
+                # each client's queue together and leaves in one socket write, not one wakeup and write per event.
+                while True:
+                    try:
+                        self.publish(self.events.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
                 self._note_change()
         finally:
             self.running = False
@@ -226,13 +278,13 @@ class StreamHub(BusSubscriber, ObservableDefaults):
     # ---- fan-out --------------------------------------------------------------------------------------------
     def publish(self, event: Event) -> None:
         """Buffer one event and hand it to every matching client without waiting; drop clients that lag."""
-        text = encode(event, "structured")[1].decode()
-        self.buffer.append((event, text))
+        frame = Frame.of(encode(event, "structured")[1])
+        self.buffer.append((event, frame))
         for client in list(self.clients):
-            if not client.filters.match(event):
+            if not (client.everything or client.filters.match(event)):
                 continue
             try:
-                client.send.send_nowait(text)
+                client.send.send_nowait(frame)
                 self.messages += 1
             except trio.WouldBlock:
                 self._drop(client, CLOSE_TRY_AGAIN_LATER, "client too slow", "slow")
@@ -261,9 +313,9 @@ class StreamHub(BusSubscriber, ObservableDefaults):
             start = next((i + 1 for i, (ev, _) in enumerate(items) if ev.id == cursor.since), None)
             if start is None:
                 unknown, start = True, 0
-            picked = [text for ev, text in items[start:] if filters.match(ev)]
+            picked = [frame for ev, frame in items[start:] if filters.match(ev)]
         elif cursor.replay:
-            picked = [text for ev, text in items if filters.match(ev)][-cursor.replay :]
+            picked = [frame for ev, frame in items if filters.match(ev)][-cursor.replay :]
         else:
             picked = []
         return Replay(picked, unknown_cursor=unknown, oldest=oldest)
@@ -277,8 +329,8 @@ class StreamHub(BusSubscriber, ObservableDefaults):
             self.disconnects["full"] += 1
             self._note_change()
             raise Refused(f"at most {self.config.max_clients} stream clients")
-        send, receive = trio.open_memory_channel[str](self.config.client_queue)
-        client = Client(filters, send, receive)
+        send, receive = trio.open_memory_channel[Frame](self.config.client_queue)
+        client = Client(filters, send, receive, everything=filters.everything)
         replay = self.snapshot(filters, cursor)
         self.messages += len(replay.messages)
         self.clients.add(client)

@@ -27,6 +27,7 @@ Secrets only ever reach the HMAC; URLs only ever appear as ``host[:port]`` in na
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import hashlib
 import logging
@@ -45,9 +46,10 @@ from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.exposition import Metric
 from nvdaemon.model import Event
+from nvdaemon.shutdown import bounded_shield
 from nvdaemon.sinks import BusSubscriber, CommitTracker, Sink, SinkContext, cloudevent, signing, webhook_url
 from nvdaemon.sinks.spool import Row, SpoolDB
-from nvdaemon.sinks.spool_io import Spool, SpoolCorrupt, SpoolUnwritable
+from nvdaemon.sinks.spool_io import Spool, SpoolCorrupt, SpoolError, SpoolUnwritable
 from nvdaemon.sinks.spool_writer import BUFFER_EVENTS, RETRY_MAX_SECONDS, SpoolWriter, StorageHealth
 from nvdaemon.sinks.webhook_metrics import Histogram, Ledger, endpoint_metrics
 
@@ -62,6 +64,8 @@ CAPACITY = 10_000  # bus channel: what may wait while ingest commits or the task
 IDLE_POLL = 5.0  # re-check the spool this often when idle (``nvdaemon spool retry`` from another process)
 RETRY_AFTER_CAP = 3600.0
 TRANSIENT = frozenset({408, 429})
+READ_AHEAD = 32  # pending rows read per worker-thread call; delivered ones are deleted together (at most resent)
+FORGET_ON_STOP_SECONDS = 1.0  # stopping: how long deleting what was delivered may hold up the task's end
 
 
 def load_keys(hook: WebhookSink) -> list[str]:
@@ -160,7 +164,9 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         self._kick = trio.Event()
         self._spool: Spool | None = None
         self._quarantines_seen = 0
-        self._in_flight: str | None = None  # the event a request is out for, or delivered and not yet deleted
+        self._in_flight: str | None = None  # the event a request is out for
+        self._done: list[Row] = []  # delivered, not yet deleted from the spool (``_forget_done``)
+        self._forget_refused = False  # the stateDir refused the last delete of ``_done``
 
     def fingerprint(self) -> Hashable:
         return (
@@ -216,7 +222,8 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         db = spool.db if spool is not None else None
         sh = db.cached_share(self.name) if db is not None else None
         if sh is not None:
-            self.backlog, self.dead_letters = sh.pending, sh.dead
+            # Delivered rows not yet deleted (``_done``) are in the spool's count, but no longer the backlog.
+            self.backlog, self.dead_letters = max(0, sh.pending - len(self._done)), sh.dead
 
     def state(self) -> dict[str, Any]:
         return {
@@ -253,7 +260,10 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
 
     def _note_quarantines(self, spool: Spool) -> None:
         for q in spool.quarantines[self._quarantines_seen :]:
-            self.ledger.note_quarantine(q, self._in_flight)
+            settled = {r.event_id for r in self._done}
+            if self._in_flight is not None:
+                settled.add(self._in_flight)
+            self.ledger.note_quarantine(q, settled)
         self._quarantines_seen = len(spool.quarantines)
         self.backlog = self.dead_letters = 0
         self._changed()
@@ -304,10 +314,41 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         self._changed()
 
     async def _send_loop(self, spool: Spool, client: httpx.AsyncClient) -> None:
+        try:
+            await self._send_rows(spool, client)
+        finally:
+            if self._done:  # stopping: what was delivered is forgotten now, not sent again at the next start
+                with bounded_shield(FORGET_ON_STOP_SECONDS), contextlib.suppress(SpoolError):
+                    await self._forget_done(spool, 0)
+
+    async def _forget_done(self, spool: Spool, limit: int) -> tuple[list[Row], int]:
+        """Delete the delivered rows (``_done``) in one transaction and count them as delivered; read the next
+        ``limit`` pending rows and their spool generation in the same worker-thread call. SpoolUnwritable keeps
+        ``_done`` for the next try."""
+        done = [(r.seq, r.event_id) for r in self._done]
+        try:
+            ahead, gen = await self._call(spool, _forget, spool, self.name, done, limit)
+        except SpoolUnwritable:
+            self._forget_refused = bool(done)
+            raise
+        self._done.clear()
+        self._sync_share()
+        if self._forget_refused:
+            self._forget_refused = False
+            self._room_made()  # the deletes refused before went through
+        elif done and self.health.error is not None:
+            self.writer.wake()  # room made in a full spool
+        return ahead, gen
+
+    async def _send_rows(self, spool: Spool, client: httpx.AsyncClient) -> None:
         failures = corrupt_streak = 0
         rejections, rejected_seq = 0, -1
-        prefetched: tuple[Row | None, int] | None = None  # (next row, the spool generation it was read from)
-        forget: Row | None = None  # delivered, but its row is not deleted yet (the stateDir refused the write)
+        # Read-ahead: up to READ_AHEAD pending rows, oldest first, and the spool generation they were read from.
+        # Delivered rows go to ``_done`` and are deleted together once the read-ahead is used up (in the same call as
+        # the next read) or before anything else is written or waited for: one worker-thread call and one
+        # transaction per READ_AHEAD deliveries, not per event. A crash can only resend those (at least once).
+        ahead: list[Row] = []
+        gen = 0
         refresh = True  # read this endpoint's disabled flag and share (at start, and from a fresh spool)
         while True:
             try:
@@ -316,23 +357,18 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
                     await self._call(spool, SpoolDB.share, self.name, True)
                     self._sync_share()
                     refresh = False
-                if forget is not None:
-                    self._kick = trio.Event()
-                    prefetched = await self._call(spool, _forget, spool, self.name, forget.seq, forget.event_id)
-                    forget = self._in_flight = None
-                    self._room_made()
                 corrupt_streak = 0
                 if self.disabled_reason is not None:
+                    if self._done:
+                        await self._forget_done(spool, 0)
                     self.status = "disabled"
                     await trio.sleep(IDLE_POLL)
                     self.disabled_reason = await self._call(spool, SpoolDB.disabled, self.name, self.url_hash)
                     continue
-                if prefetched is not None:
-                    (row, gen), prefetched = prefetched, None  # read right after the last delivery, one hop fewer
-                else:
+                if not ahead:
                     self._kick = trio.Event()
-                    row, gen = await self._call(spool, _head, spool, self.name)
-                if row is None:
+                    ahead, gen = await self._forget_done(spool, READ_AHEAD)
+                if not ahead:
                     self.status = "active"
                     with trio.move_on_after(IDLE_POLL) as idle:
                         await self._kick.wait()
@@ -340,7 +376,9 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
                         await self._call(spool, SpoolDB.share, self.name, True)
                         self._sync_share()
                     continue
+                row = ahead.pop(0)
                 if gen != len(spool.quarantines):
+                    ahead = []
                     continue  # read from a file since moved aside, and counted with it: never sent
                 if self.wall() - row.enqueued > self.hook.max_age_hours * 3600:
                     await self._bury(spool, row, row.attempts, "expired")
@@ -348,34 +386,29 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
                 self._in_flight, outcome = row.event_id, ""
                 try:
                     outcome, error, wait = await self._attempt(client, row.body)
+                    if outcome == "success":
+                        self._done.append(row)
                     if len(spool.quarantines) > self._quarantines_seen:
                         self._note_quarantines(spool)  # moved aside meanwhile: this event is the request's to count
                 finally:
-                    self._in_flight = row.event_id if outcome == "success" else None
+                    self._in_flight = None
                 if outcome == "success":
-                    self._kick = trio.Event()
+                    self._sync_share()  # no longer in the backlog: state and counters agree
+                    self._count(self.attempts, outcome)
                     if failures:
                         log.info("%s: delivering again after %d failed attempt(s)", self.name, failures)
                     failures = 0
                     self.status, self.last_error, self.last_success = "active", None, self.wall()
                     self.latency.observe(max(0.0, self.last_success - row.enqueued))
-                    try:
-                        prefetched = await self._call(spool, _forget, spool, self.name, row.seq, row.event_id)
-                        self._in_flight = None
-                        if self.health.error is not None:
-                            self.writer.wake()  # room made in a full spool
-                    except SpoolUnwritable:
-                        forget = row  # deleted before anything else is sent; until then nothing is sent twice
-                        raise
-                    finally:
-                        self._sync_share()
-                        self._count(self.attempts, outcome)  # after the spool forgot it: state and counters agree
                     continue
+                ahead = []  # read again after this failure, from the failed row on (still pending)
                 self._count(self.attempts, outcome)
                 assert error is not None
                 if gen != len(spool.quarantines):  # its file was moved aside while the request was out
                     self.drop("spool_corrupt", [row.event_id])
                     continue
+                if self._done:
+                    await self._forget_done(spool, 0)  # before a backoff, a dead letter or disabling
                 if outcome == "gone":
                     log.error(
                         "%s: the receiver answered 410 Gone; endpoint disabled until `nvdaemon spool retry`", self.name
@@ -404,8 +437,10 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
                 self._changed()
                 await trio.sleep(self.health.delay())
             except SpoolCorrupt:
-                # A fresh spool: nothing read from the old one is valid (its events were counted as dropped).
-                prefetched, forget, refresh, self._in_flight = None, None, True, None
+                # A fresh spool: nothing read from the old one is valid (its events were counted as dropped; the
+                # delivered ones it still held were not, see ``_note_quarantines``).
+                ahead, refresh, self._in_flight = [], True, None
+                self._done.clear()
                 corrupt_streak += 1
                 if corrupt_streak > 1:
                     await trio.sleep(self.health.delay())
@@ -463,12 +498,7 @@ def build(ctx: SinkContext) -> list[Sink]:
     ]
 
 
-def _head(db: SpoolDB, spool: Spool, endpoint: str) -> tuple[Row | None, int]:
-    """The endpoint's oldest pending row, and the generation of the spool file it was read from (its count of
-    quarantines, read in the same worker-thread call, so no quarantine can come between the two)."""
-    return db.head(endpoint), len(spool.quarantines)
-
-
-def _forget(db: SpoolDB, spool: Spool, endpoint: str, seq: int, event_id: str) -> tuple[Row | None, int]:
-    """Delete a delivered row; the next row and its generation, as ``_head``."""
-    return db.delivered(endpoint, seq, event_id), len(spool.quarantines)
+def _forget(db: SpoolDB, spool: Spool, endpoint: str, done: list[tuple[int, str]], limit: int) -> tuple[list[Row], int]:
+    """Delete delivered rows; the next ``limit`` pending rows and the generation of the spool file they were read
+    from (its count of quarantines, read in the same worker-thread call, so no quarantine can come between)."""
+    return db.forget(endpoint, done, limit), len(spool.quarantines)

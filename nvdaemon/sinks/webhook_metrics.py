@@ -5,7 +5,7 @@ which the soak reads), and the damaged spools it saw moved aside."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -64,16 +64,16 @@ class Ledger:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
         self.on_change()
 
-    def note_quarantine(self, q: Quarantine, in_flight: str | None = None) -> None:
+    def note_quarantine(self, q: Quarantine, settled: Collection[str] = ()) -> None:
         """A damaged spool was moved aside: its pending events of this endpoint are dropped (by id where the moved
         copy could be read; by the count this process had; else the quarantine is counted as ``unknown``). The
-        event ``in_flight`` (a request out, or delivered and not yet deleted) is left to its request's outcome: a
+        events ``settled`` (a request out, or delivered and not yet deleted) are left to their request's outcome: a
         2xx delivered it, anything else is the endpoint's drop to count."""
         # Taken out of the record: the spool keeps its records for the process's life, the ids only until noted.
-        ids = [i for i in q.held.pop(self.name, []) if i != in_flight] if q.held is not None else []
+        ids = [i for i in q.held.pop(self.name, []) if i not in settled] if q.held is not None else []
         n: int | None = len(ids) if q.held is not None else q.counted.get(self.name)
-        if q.held is None and n and in_flight is not None:
-            n -= 1
+        if q.held is None and n:
+            n = max(0, n - len(settled))
         log.error(
             "%s: the spool was damaged (%s) and moved to %s; delivery goes on with a fresh spool; it held %s pending "
             "event(s) of this endpoint",

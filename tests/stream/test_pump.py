@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 from nvdaemon.server import stream_routes
+from nvdaemon.sinks.stream import Frame
 
 
 class SlowPeer:
@@ -31,15 +32,16 @@ async def test_a_send_outlasting_the_ping_deadline_still_delivers_the_event(
 ) -> None:
     peer = SlowPeer()
     monkeypatch.setattr(stream_routes, "websocket", peer)
-    events, receive = trio.open_memory_channel[str](10)
+    events, receive = trio.open_memory_channel[Frame](10)
     client: Any = SimpleNamespace(receive=receive, kicked=trio.Event(), close_code=None)
     replay: Any = SimpleNamespace(control=lambda since: None, messages=[])
     cursor: Any = SimpleNamespace(since=None)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(stream_routes._pump, client, replay, cursor, 1.0)
+        nursery.start_soon(stream_routes._pump, client, replay, cursor, 1.0, stream_routes.writer())
         await trio.sleep(0.5)
-        await events.send('{"id":"e1"}')  # received before the 1 s ping deadline, sent across it
-        await events.send('{"id":"e2"}')
+        # received before the 1 s ping deadline, sent across it
+        await events.send(Frame.of(b'{"id":"e1"}'))
+        await events.send(Frame.of(b'{"id":"e2"}'))
         await trio.sleep(30)
         client.kicked.set()
     assert [m for m in peer.sent if m != stream_routes.PING] == ['{"id":"e1"}', '{"id":"e2"}']
