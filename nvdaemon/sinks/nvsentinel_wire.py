@@ -12,9 +12,10 @@ failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` decides w
   file (or one holding bytes a header cannot carry) is a ``TokenError`` that blocks the send. The token is never in
   an error message.
 
-The gRPC stub is synchronous (grpc.aio does not run under trio); the reconciler calls ``send`` in a worker thread. A
-new channel per call, so a restarted platform-connector is reached at once instead of after grpc's reconnect backoff
-(calls are rare: one per state change).
+The call is ``nvdaemon.sinks.grpc_unary`` (gRPC over HTTP/2 with ``h2``, not grpcio: grpcio's import and channel
+cost about 12 MiB of the pod's memory for this one call). It blocks; the reconciler calls ``send`` in a worker thread.
+A new connection per call, so a restarted platform-connector is reached at once (calls are rare: one per state
+change).
 """
 
 from __future__ import annotations
@@ -23,16 +24,15 @@ import os
 import re
 from typing import Protocol
 
-import grpc
-from google.protobuf import empty_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from nvdaemon.proto import health_event_pb2 as pb
+from nvdaemon.sinks.grpc_unary import RpcError, unary_call
 from nvdaemon.sinks.nvsentinel_map import PROCESSING_STRATEGIES, RECOMMENDED_ACTIONS, HealthEventSpec
 from nvdaemon.token import read_token
 
 METHOD = "/datamodels.PlatformConnector/HealthEventOccurredV1"
-RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+RETRYABLE_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
 _RETRYABLE_DETAIL = re.compile(r"connection reset|broken pipe|ECONNRESET|EPIPE", re.IGNORECASE)
 _HEADER_VALUE = re.compile(r"[\x20-\x7e]+")
 
@@ -101,11 +101,9 @@ def bearer_token(path: str) -> str | None:
 def classify(exc: BaseException) -> SendError:
     if isinstance(exc, SendError):
         return exc
-    if isinstance(exc, grpc.Call):
-        code = exc.code()
-        detail = exc.details() or ""
-        retryable = code in RETRYABLE_CODES or bool(_RETRYABLE_DETAIL.search(detail))
-        return SendError(code.name, detail, retryable)
+    if isinstance(exc, RpcError):
+        retryable = exc.code in RETRYABLE_CODES or bool(_RETRYABLE_DETAIL.search(exc.details))
+        return SendError(exc.code, exc.details, retryable)
     if isinstance(exc, ConnectionResetError):
         return SendError("CONNECTION_RESET", str(exc), True)
     if isinstance(exc, BrokenPipeError):
@@ -115,11 +113,11 @@ def classify(exc: BaseException) -> SendError:
 
 class Publisher(Protocol):
     def send(self, request: pb.HealthEvents) -> None:
-        """Deliver one request; raise SocketMissing, TokenError, grpc.RpcError or OSError. Runs in a thread."""
+        """Deliver one request; raise SocketMissing, TokenError, RpcError or OSError. Runs in a thread."""
 
 
 class GrpcPublisher:
-    """The platform-connector over its Unix socket: stat, read the token, one call on a fresh channel."""
+    """The platform-connector over its Unix socket: stat, read the token, one call on a fresh connection."""
 
     def __init__(self, socket_path: str, token_path: str, timeout: float) -> None:
         self.socket_path = socket_path
@@ -143,10 +141,4 @@ class GrpcPublisher:
             raise SocketMissing(self.socket_path)
         token = bearer_token(self.token_path)
         metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
-        with grpc.insecure_channel(f"unix:{self.socket_path}") as channel:
-            call = channel.unary_unary(
-                METHOD,
-                request_serializer=pb.HealthEvents.SerializeToString,
-                response_deserializer=empty_pb2.Empty.FromString,
-            )
-            call(request, timeout=self.timeout, metadata=metadata)
+        unary_call(self.socket_path, METHOD, request.SerializeToString(), timeout=self.timeout, metadata=metadata)
