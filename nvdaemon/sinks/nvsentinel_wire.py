@@ -1,5 +1,5 @@
-"""NVSentinel's wire: a HealthEvent as the platform-connector's protobuf, the bearer token, one gRPC call, and how a
-failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` decides what to send and when).
+"""NVSentinel's wire: a HealthEvent as the platform-connector's protobuf bytes, the bearer token, one gRPC call, and
+how a failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` decides what to send and when).
 
 - Socket gate: the socket is stat'ed before every attempt; missing (ENOENT only) is ``SocketMissing`` (the caller
   skips, counts, does not retry). Any other stat error counts as present: the send is attempted and its failure
@@ -24,11 +24,9 @@ import os
 import re
 from typing import Protocol
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
-from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.sinks.grpc_unary import RpcError, unary_call
-from nvdaemon.sinks.nvsentinel_map import PROCESSING_STRATEGIES, RECOMMENDED_ACTIONS, HealthEventSpec
+from nvdaemon.sinks.nvsentinel_map import HealthEventSpec
+from nvdaemon.sinks.nvsentinel_proto import health_events
 from nvdaemon.token import read_token
 
 METHOD = "/datamodels.PlatformConnector/HealthEventOccurredV1"
@@ -54,28 +52,10 @@ class SendError(Exception):
         self.retryable = retryable
 
 
-def to_proto(spec: HealthEventSpec, *, now: float, event_id: str) -> pb.HealthEvents:
-    ts = Timestamp()
-    ts.FromNanoseconds(int(now * 1e9))
-    event = pb.HealthEvent(
-        version=1,
-        agent=spec.agent,
-        componentClass=spec.component_class,
-        checkName=spec.check_name,
-        isFatal=spec.is_fatal,
-        isHealthy=spec.is_healthy,
-        message=spec.message,
-        recommendedAction=RECOMMENDED_ACTIONS[spec.recommended_action],  # type: ignore[arg-type]
-        errorCode=list(spec.error_code),
-        entitiesImpacted=[pb.Entity(entityType=e.type, entityValue=e.value) for e in spec.entities],
-        metadata=dict(spec.metadata),
-        generatedTimestamp=ts,
-        nodeName=spec.node_name,
-        processingStrategy=PROCESSING_STRATEGIES[spec.processing_strategy],  # type: ignore[arg-type]
-        id=event_id,
-        customRecommendedAction=spec.custom_recommended_action,
-    )
-    return pb.HealthEvents(version=1, events=[event])
+def to_proto(spec: HealthEventSpec, *, now: float, event_id: str) -> bytes:
+    """The serialized ``HealthEvents`` request for ``spec`` (``nvdaemon.sinks.nvsentinel_proto``: no protobuf
+    runtime in the agent), stamped with ``now`` (seconds since the epoch) and ``event_id``."""
+    return health_events(spec, now=now, event_id=event_id)
 
 
 def bearer_token(path: str) -> str | None:
@@ -112,8 +92,8 @@ def classify(exc: BaseException) -> SendError:
 
 
 class Publisher(Protocol):
-    def send(self, request: pb.HealthEvents) -> None:
-        """Deliver one request; raise SocketMissing, TokenError, RpcError or OSError. Runs in a thread."""
+    def send(self, request: bytes) -> None:
+        """Deliver one serialized request; raise SocketMissing, TokenError, RpcError or OSError. Runs in a thread."""
 
 
 class GrpcPublisher:
@@ -136,9 +116,9 @@ class GrpcPublisher:
             return True
         return True
 
-    def send(self, request: pb.HealthEvents) -> None:
+    def send(self, request: bytes) -> None:
         if not self.present():
             raise SocketMissing(self.socket_path)
         token = bearer_token(self.token_path)
         metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
-        unary_call(self.socket_path, METHOD, request.SerializeToString(), timeout=self.timeout, metadata=metadata)
+        unary_call(self.socket_path, METHOD, request, timeout=self.timeout, metadata=metadata)

@@ -95,11 +95,11 @@ def test_only_unavailable_deadline_reset_and_broken_pipe_are_retried() -> None:
 
 
 async def test_connection_reset_then_ok_is_retried(make_reconciler: MakeReconciler) -> None:
-    sent: list[pb.HealthEvents] = []
+    sent: list[bytes] = []
     failures: list[BaseException] = [ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe")]
 
     class Flaky:
-        def send(self, request: pb.HealthEvents) -> None:
+        def send(self, request: bytes) -> None:
             sent.append(request)
             if failures:
                 raise failures.pop(0)

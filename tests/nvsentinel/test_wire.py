@@ -19,10 +19,11 @@ from nvdaemon.sinks.nvsentinel_wire import METHOD, SendError
 from tests.nvsentinel.conftest import TOKEN
 from tests.nvsentinel.h2peer import H2Peer
 
-REQUEST = pb.HealthEvents(
+REQUEST_PB = pb.HealthEvents(
     version=1,
     events=[pb.HealthEvent(version=1, agent="nvdaemon", checkName="NvdaemonGpuXidError", nodeName="node-a")],
 )
+REQUEST = REQUEST_PB.SerializeToString()
 
 
 def failure(socket_path: Path, token_path: str = "", timeout: float = 5.0) -> SendError:
@@ -45,7 +46,7 @@ def test_the_request_is_one_grpc_message_with_the_token(socket_path: Path, token
     timeout = headers["grpc-timeout"]
     assert timeout[:-1].isdigit() and len(timeout) <= 9 and timeout[-1] in "HMSmun"
     assert body[0] == 0 and int.from_bytes(body[1:5], "big") == len(body) - 5
-    assert pb.HealthEvents.FromString(body[5:]) == REQUEST
+    assert body[5:] == REQUEST and pb.HealthEvents.FromString(body[5:]) == REQUEST_PB
     assert "authorization" not in untokened
 
 
