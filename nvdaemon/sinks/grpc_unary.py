@@ -231,6 +231,8 @@ def unary_call(
             raise RpcError("DEADLINE_EXCEEDED", "Deadline Exceeded") from None
         except OSError as exc:  # reset, broken pipe: the detail keeps the words classify looks for
             raise RpcError("UNAVAILABLE", f"socket error: {exc.strerror or type(exc).__name__}") from None
+        except h2.exceptions.H2Error as exc:  # sending on a stream the peer's frames made invalid, among others
+            raise RpcError("INTERNAL", f"HTTP/2: {type(exc).__name__}") from None
     finally:
         sock.close()
 
