@@ -1,8 +1,8 @@
 """One unary gRPC call over HTTP/2 on a Unix socket, spoken with ``h2`` instead of grpcio.
 
 NVSentinel's platform-connector is the agent's only gRPC peer and gets one kind of call (``HealthEventOccurredV1``,
-a few per state change). grpcio costs about 12 MiB of resident memory to import and run (bench/rss.py); ``h2`` is
-already loaded by the agent's HTTP server (hypercorn), so this client costs next to nothing.
+a few per state change). grpcio cost the singlePod agent 14 MiB of peak resident memory for it (bench/rss.py); ``h2``
+is already loaded by the agent's HTTP server (hypercorn), so this client costs next to nothing.
 
 The call: connect (blocking, in the caller's worker thread), the HTTP/2 preface and SETTINGS, one stream with the
 request headers and one length-prefixed message (1 byte compressed flag 0, 4 bytes big-endian length, the
@@ -86,9 +86,13 @@ def status_of(headers: dict[str, str]) -> tuple[str, str] | None:
     if raw is None:
         return None
     message = urllib.parse.unquote(headers.get("grpc-message", ""), errors="replace")
-    if not raw.isdigit() or int(raw) >= len(CODES):
-        return "UNKNOWN", f"grpc-status {raw[:16]!r} is not a status code" + (f": {message}" if message else "")
-    return CODES[int(raw)], message
+    if not _number(raw):  # as grpcio: not a number is INTERNAL, a number no code has is UNKNOWN
+        return "INTERNAL", f"grpc-status {raw[:16]!r} is not an integer"
+    return (CODES[int(raw)] if int(raw) < len(CODES) else "UNKNOWN"), message
+
+
+def _number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 9
 
 
 def _frame(message: bytes) -> bytes:
@@ -101,7 +105,8 @@ class _Call:
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self.sock = sock
         self.deadline = deadline
-        config = h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+        # Header values stay bytes (decoded as latin-1 below): a peer's bytes need not be UTF-8.
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
         self.conn = h2.connection.H2Connection(config=config)
         self.stream = 0
         self.headers: dict[str, str] | None = None
@@ -185,7 +190,7 @@ class _Call:
         http = headers.get(":status", "")
         if status is None:
             if http != "200":
-                code = HTTP_TO_CODE.get(int(http), "UNKNOWN") if http.isdigit() else "UNKNOWN"
+                code = HTTP_TO_CODE.get(int(http), "UNKNOWN") if _number(http) else "UNKNOWN"
                 raise RpcError(code, f"HTTP status {http[:8]}")
             raise RpcError("UNKNOWN", "the answer has no grpc-status")
         code, message = status

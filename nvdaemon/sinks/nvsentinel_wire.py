@@ -13,7 +13,7 @@ how a failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` dec
   an error message.
 
 The call is ``nvdaemon.sinks.grpc_unary`` (gRPC over HTTP/2 with ``h2``, not grpcio: grpcio's import and channel
-cost about 12 MiB of the pod's memory for this one call). It blocks; the reconciler calls ``send`` in a worker thread.
+cost the singlePod agent 14 MiB of peak memory for this one call). It blocks; the reconciler calls ``send`` in a worker thread.
 A new connection per call, so a restarted platform-connector is reached at once (calls are rare: one per state
 change).
 """

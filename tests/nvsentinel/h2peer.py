@@ -29,7 +29,15 @@ BEHAVIOURS = (
     "oversized",  # a message of ``size`` bytes
     "huge-header",  # a response header of ``size`` bytes
     "reset",  # RST_STREAM with ``reset``
+    "goaway",  # GOAWAY before the stream was processed, then the connection is closed
 )
+
+
+def _status(params: dict[str, object]) -> list[tuple[bytes, bytes]]:
+    """grpc-status and grpc-message from ``status`` and ``message`` (str, or bytes sent as they are)."""
+    status, message = params["status"], params.get("message", "")
+    raw = [v if isinstance(v, bytes) else str(v).encode() for v in (status, message)]
+    return [(b"grpc-status", raw[0]), (b"grpc-message", raw[1])]
 
 
 class H2Peer:
@@ -102,13 +110,11 @@ class H2Peer:
             conn.send_data(sid, GRPC_OK_BODY)
             conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
         elif self.behaviour == "trailers-only":
-            status = [("grpc-status", str(p["status"])), ("grpc-message", str(p.get("message", "")))]
-            conn.send_headers(sid, grpc_headers + status, end_stream=True)
+            conn.send_headers(sid, [*grpc_headers, *_status(p)], end_stream=True)
         elif self.behaviour == "status":
             conn.send_headers(sid, grpc_headers)
             conn.send_data(sid, GRPC_OK_BODY)
-            status = [("grpc-status", str(p["status"])), ("grpc-message", str(p.get("message", "")))]
-            conn.send_headers(sid, status, end_stream=True)
+            conn.send_headers(sid, _status(p), end_stream=True)
         elif self.behaviour == "http":
             conn.send_headers(sid, [(":status", str(p["http"])), ("content-type", "text/plain")])
             conn.send_data(sid, b"not grpc\n", end_stream=True)
@@ -126,6 +132,10 @@ class H2Peer:
             conn.send_headers(sid, [*grpc_headers, ("x-padding", "a" * int(str(p["size"])))])
         elif self.behaviour == "reset":
             conn.reset_stream(sid, h2.errors.ErrorCodes(int(str(p["reset"]))))
+        elif self.behaviour == "goaway":
+            conn.close_connection(last_stream_id=0)
+            sock.sendall(conn.data_to_send())
+            return False
         return True
 
     @staticmethod

@@ -135,6 +135,33 @@ def test_a_reset_stream(socket_path: Path, reset: int, code: str, retryable: boo
     assert (err.code, err.retryable) == (code, retryable)
 
 
+def test_a_goaway_before_the_stream_is_unavailable(socket_path: Path) -> None:
+    with H2Peer(socket_path, "goaway"):
+        err = failure(socket_path)
+    assert (err.code, err.retryable) == ("UNAVAILABLE", True)
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "detail"),
+    [
+        ("²".encode(), "INTERNAL", None),  # a digit to str.isdigit, not to int()
+        (b"abc", "INTERNAL", None),
+        (b"99", "UNKNOWN", "UNKNOWN: \xffA"),  # a number no code has
+        (b"2", "UNKNOWN", "UNKNOWN: \xffA"),
+    ],
+)
+def test_header_bytes_that_are_not_a_status_or_not_utf8(
+    socket_path: Path, status: bytes, code: str, detail: str | None
+) -> None:
+    """What grpcio makes of them (a grpc-message that is no UTF-8 read as latin-1), not an exception the reconciler
+    does not expect."""
+    with H2Peer(socket_path, "trailers-only", status=status, message=b"\xff%41"):
+        err = failure(socket_path)
+    assert (err.code, err.retryable) == (code, False)
+    if detail is not None:
+        assert str(err) == detail
+
+
 def test_a_socket_nobody_listens_on_is_unavailable(socket_path: Path) -> None:
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(socket_path))  # the file exists; connecting is refused
