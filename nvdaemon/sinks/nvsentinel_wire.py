@@ -13,9 +13,9 @@ how a failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` dec
   an error message.
 
 The call is ``nvdaemon.sinks.grpc_unary`` (gRPC over HTTP/2 with ``h2``, not grpcio: grpcio's import and channel
-cost the singlePod agent 14 MiB of peak memory for this one call). It blocks; the reconciler calls ``send`` in a worker thread.
-A new connection per call, so a restarted platform-connector is reached at once (calls are rare: one per state
-change).
+cost the singlePod agent 14 MiB of peak memory for this one call). It blocks; the reconciler calls ``send`` in a
+worker thread. A new connection per call, so a restarted platform-connector is reached at once (calls are rare: one
+per state change).
 """
 
 from __future__ import annotations
