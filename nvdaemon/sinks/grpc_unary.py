@@ -114,6 +114,7 @@ class _Call:
         self.body = bytearray()
         self.ended = False
         self.read_total = 0
+        self.pending = bytearray()  # bytes read that do not make a whole frame yet
 
     def flush(self) -> None:
         data = self.conn.data_to_send()
@@ -136,14 +137,22 @@ class _Call:
         self.read_total += len(data)
         if self.read_total > MAX_READ_BYTES:
             raise RpcError("RESOURCE_EXHAUSTED", f"the peer sent more than {MAX_READ_BYTES} bytes")
-        try:
-            events = self.conn.receive_data(data)
-        except h2.exceptions.DenialOfServiceError as exc:  # a header list over our limit, among others
-            raise RpcError("RESOURCE_EXHAUSTED", f"HTTP/2: {exc}") from None
-        except h2.exceptions.ProtocolError as exc:
-            raise RpcError("INTERNAL", f"HTTP/2 protocol error: {exc}") from None
-        for event in events:
-            self._handle(event)
+        self.pending += data
+        # One frame at a time, each frame's events handled before the next is read: h2 turns a frame that follows
+        # a GOAWAY into a protocol error, which must not hide the GOAWAY.
+        while len(self.pending) >= 9:
+            size = 9 + int.from_bytes(self.pending[:3], "big")
+            if len(self.pending) < size <= 9 + self.conn.max_inbound_frame_size:
+                break  # a frame too large goes to h2 at once, for its FRAME_SIZE_ERROR
+            frame, self.pending = bytes(self.pending[:size]), self.pending[size:]
+            try:
+                events = self.conn.receive_data(frame)
+            except h2.exceptions.DenialOfServiceError as exc:  # a header list over our limit, among others
+                raise RpcError("RESOURCE_EXHAUSTED", f"HTTP/2: {exc}") from None
+            except h2.exceptions.ProtocolError as exc:
+                raise RpcError("INTERNAL", f"HTTP/2 protocol error: {exc}") from None
+            for event in events:
+                self._handle(event)
         self.flush()  # SETTINGS and PING acks, window updates
 
     def _handle(self, event: h2.events.Event) -> None:
@@ -162,8 +171,11 @@ class _Call:
             error = event.error_code
             raise RpcError(RESET_TO_CODE.get(int(error), "INTERNAL"), f"stream reset by the peer: {error!s}")
         elif isinstance(event, h2.events.ConnectionTerminated) and not self.ended:
-            # GOAWAY: a stream above last_stream_id was never processed (UNAVAILABLE, retryable); one at or below
-            # it is cut off mid-answer (grpc-core says UNAVAILABLE for that too).
+            # GOAWAY before the answer: UNAVAILABLE, retried on a new connection. For a stream above last_stream_id
+            # (never processed) or with an error code that is grpcio's answer too. A graceful GOAWAY that covers our
+            # stream (a server shutting down) would still be answered, but h2 closes its connection state on any
+            # GOAWAY and refuses the frames after it (python-hyper/h2#1181), so the call is retried instead: the
+            # event may reach the platform-connector twice, which a state it already holds absorbs.
             raise RpcError("UNAVAILABLE", f"connection closed by the peer (GOAWAY {event.error_code!s})")
 
     def send_body(self, body: bytes) -> None:

@@ -17,6 +17,7 @@ import h2.config
 import h2.connection
 import h2.errors
 import h2.events
+import hyperframe.frame
 
 GRPC_OK_BODY = b"\x00\x00\x00\x00\x00"  # google.protobuf.Empty as one uncompressed gRPC message
 BEHAVIOURS = (
@@ -30,6 +31,7 @@ BEHAVIOURS = (
     "huge-header",  # a response header of ``size`` bytes
     "reset",  # RST_STREAM with ``reset``
     "goaway",  # GOAWAY before the stream was processed, then the connection is closed
+    "graceful-goaway",  # GOAWAY that covers the stream (a server shutting down), then the answer OK
 )
 
 
@@ -105,7 +107,11 @@ class H2Peer:
         """Answer the stream; False when the connection is to be closed at once."""
         p = self.params
         grpc_headers = [(":status", "200"), ("content-type", "application/grpc")]
-        if self.behaviour == "ok":
+        if self.behaviour in ("ok", "graceful-goaway"):
+            if self.behaviour == "graceful-goaway":  # written by hand: h2 sends nothing after its own GOAWAY
+                goaway = hyperframe.frame.GoAwayFrame(0)
+                goaway.last_stream_id, goaway.error_code = sid, 0
+                sock.sendall(conn.data_to_send() + goaway.serialize())
             conn.send_headers(sid, grpc_headers)
             conn.send_data(sid, GRPC_OK_BODY)
             conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)

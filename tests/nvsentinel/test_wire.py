@@ -141,6 +141,15 @@ def test_a_goaway_before_the_stream_is_unavailable(socket_path: Path) -> None:
     assert (err.code, err.retryable) == ("UNAVAILABLE", True)
 
 
+def test_a_graceful_goaway_before_the_answer_is_retried(socket_path: Path) -> None:
+    """A server shutting down answers the streams it took; h2 cannot read that answer (python-hyper/h2#1181), so
+    the call is retried where grpcio would have read it: a retryable failure, never a rejection."""
+    with H2Peer(socket_path, "graceful-goaway") as peer:
+        err = failure(socket_path)
+    assert (err.code, err.retryable) == ("UNAVAILABLE", True)
+    assert len(peer.requests) == 1
+
+
 @pytest.mark.parametrize(
     ("status", "code", "detail"),
     [
