@@ -3,8 +3,9 @@ pods must fit 64 MiB.
 
 Each case runs ``nvdaemon run`` (``nvdaemon.cli.main``) as a real subprocess on a copy of a fixture host until
 /readyz is 200 (every tier has ticked) and /metrics and /v1/status have been served, stops it with SIGTERM, and reads
-the ``sys.modules`` it ended with. A pod without NVSentinel or pod attribution never loads grpc or protobuf; a core
-pod without webhooks or history never loads httpx or sqlite3; the core tier never loads pySMART or nvidia-ml-py.
+the ``sys.modules`` it ended with. A pod without NVSentinel or pod attribution never loads grpc or protobuf, and one
+that sends to NVSentinel loads neither (its one call is made with h2, its request written by hand); a core pod
+without webhooks or history never loads httpx or sqlite3; the core tier never loads pySMART or nvidia-ml-py.
 And the agent's threads share at most ``MALLOC_ARENAS`` glibc malloc arenas (``nvdaemon.cli.cap_malloc_arenas``).
 """
 
@@ -20,12 +21,14 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nvdaemon.cli import MALLOC_ARENAS
+from tests.nvsentinel.connector import FakeConnector
 from tests.polling import until_sync
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,8 +69,9 @@ def _free_port() -> int:
         return port
 
 
-def modules_of_agent(tmp: Path, config: dict[str, Any]) -> set[str]:
-    """The modules a ``nvdaemon run`` with ``config`` on a copy of fixtures/hosts/gpunode ended with."""
+def modules_of_agent(tmp: Path, config: dict[str, Any], done: Callable[[], bool] = lambda: True) -> set[str]:
+    """The modules a ``nvdaemon run`` with ``config`` on a copy of fixtures/hosts/gpunode ended with, stopped once
+    it is ready and ``done()`` holds."""
     host = tmp / "host"
     shutil.copytree(FIXTURES / "hosts" / "gpunode", host, symlinks=True)
     port = _free_port()
@@ -90,6 +94,8 @@ def modules_of_agent(tmp: Path, config: dict[str, Any]) -> set[str]:
         assert proc.poll() is None, (tmp / "agent.log").read_text()
         assert _get(base + "/metrics") == 200
         assert _get(base + "/v1/status") == 200
+        wait_for(lambda: proc.poll() is not None or done(), "done")
+        assert proc.poll() is None, (tmp / "agent.log").read_text()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0, (tmp / "agent.log").read_text()
     finally:
@@ -123,6 +129,22 @@ CASES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
 def test_agent_loads_only_what_its_config_uses(tmp_path: Path, case: str) -> None:
     config, absent = CASES[case]
     assert _loaded(modules_of_agent(tmp_path, config), absent) == []
+
+
+def test_an_agent_sending_to_nvsentinel_loads_no_grpc_nor_protobuf(tmp_path: Path) -> None:
+    connector = FakeConnector(tmp_path / "pc.sock", "import-node", None).start()
+    config = {
+        "tiers": ["gpu"],
+        "gpu": {"backend": "fake", "fakeScenario": str(FIXTURES / "nvml" / "h100-8gpu-thermal-throttle.json")},
+        "sinks": {"nvsentinel": {"enabled": True, "socketPath": str(connector.socket_path), "tokenPath": ""}},
+    }
+    try:
+        # Stopped only after the platform-connector (a grpcio server, in this process) took a call from the agent.
+        modules = modules_of_agent(tmp_path, config, done=lambda: bool(connector.ok_events()))
+    finally:
+        connector.stop()
+    assert "nvdaemon.sinks.nvsentinel_reconciler" in modules
+    assert _loaded(modules, GRPC) == []
 
 
 # Eight threads that each hold a malloc'd block, then glibc's own count of its arenas (malloc_stats, on stderr).

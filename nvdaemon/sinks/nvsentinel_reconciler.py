@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import grpc
 import msgspec
 import trio
 
@@ -42,6 +41,7 @@ from nvdaemon.config import NvsentinelSink, Rule
 from nvdaemon.engine import ActiveCondition
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.model import Event, Phase, new_event_id
+from nvdaemon.sinks.grpc_unary import RpcError
 from nvdaemon.sinks.nvsentinel_map import (
     LOST_CONDITION,
     XID_CONDITION,
@@ -296,7 +296,7 @@ class Reconciler:
                 self.errors["TOKEN_ERROR"] += 1
                 self._failed(exc, change)
                 return "rejected"
-            except (grpc.RpcError, OSError) as exc:
+            except (RpcError, OSError) as exc:
                 self.socket_present = True
                 err = classify(exc)
                 self.errors[err.code] += 1

@@ -1,5 +1,5 @@
-"""NVSentinel's wire: a HealthEvent as the platform-connector's protobuf, the bearer token, one gRPC call, and how a
-failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` decides what to send and when).
+"""NVSentinel's wire: a HealthEvent as the platform-connector's protobuf bytes, the bearer token, one gRPC call, and
+how a failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` decides what to send and when).
 
 - Socket gate: the socket is stat'ed before every attempt; missing (ENOENT only) is ``SocketMissing`` (the caller
   skips, counts, does not retry). Any other stat error counts as present: the send is attempted and its failure
@@ -12,9 +12,10 @@ failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` decides w
   file (or one holding bytes a header cannot carry) is a ``TokenError`` that blocks the send. The token is never in
   an error message.
 
-The gRPC stub is synchronous (grpc.aio does not run under trio); the reconciler calls ``send`` in a worker thread. A
-new channel per call, so a restarted platform-connector is reached at once instead of after grpc's reconnect backoff
-(calls are rare: one per state change).
+The call is ``nvdaemon.sinks.grpc_unary`` (gRPC over HTTP/2 with ``h2``, not grpcio: grpcio's import and channel
+cost the singlePod agent 14 MiB of peak memory for this one call). It blocks; the reconciler calls ``send`` in a
+worker thread. A new connection per call, so a restarted platform-connector is reached at once (calls are rare: one
+per state change).
 """
 
 from __future__ import annotations
@@ -23,16 +24,13 @@ import os
 import re
 from typing import Protocol
 
-import grpc
-from google.protobuf import empty_pb2
-from google.protobuf.timestamp_pb2 import Timestamp
-
-from nvdaemon.proto import health_event_pb2 as pb
-from nvdaemon.sinks.nvsentinel_map import PROCESSING_STRATEGIES, RECOMMENDED_ACTIONS, HealthEventSpec
+from nvdaemon.sinks.grpc_unary import RpcError, unary_call
+from nvdaemon.sinks.nvsentinel_map import HealthEventSpec
+from nvdaemon.sinks.nvsentinel_proto import health_events
 from nvdaemon.token import read_token
 
 METHOD = "/datamodels.PlatformConnector/HealthEventOccurredV1"
-RETRYABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+RETRYABLE_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
 _RETRYABLE_DETAIL = re.compile(r"connection reset|broken pipe|ECONNRESET|EPIPE", re.IGNORECASE)
 _HEADER_VALUE = re.compile(r"[\x20-\x7e]+")
 
@@ -54,28 +52,10 @@ class SendError(Exception):
         self.retryable = retryable
 
 
-def to_proto(spec: HealthEventSpec, *, now: float, event_id: str) -> pb.HealthEvents:
-    ts = Timestamp()
-    ts.FromNanoseconds(int(now * 1e9))
-    event = pb.HealthEvent(
-        version=1,
-        agent=spec.agent,
-        componentClass=spec.component_class,
-        checkName=spec.check_name,
-        isFatal=spec.is_fatal,
-        isHealthy=spec.is_healthy,
-        message=spec.message,
-        recommendedAction=RECOMMENDED_ACTIONS[spec.recommended_action],  # type: ignore[arg-type]
-        errorCode=list(spec.error_code),
-        entitiesImpacted=[pb.Entity(entityType=e.type, entityValue=e.value) for e in spec.entities],
-        metadata=dict(spec.metadata),
-        generatedTimestamp=ts,
-        nodeName=spec.node_name,
-        processingStrategy=PROCESSING_STRATEGIES[spec.processing_strategy],  # type: ignore[arg-type]
-        id=event_id,
-        customRecommendedAction=spec.custom_recommended_action,
-    )
-    return pb.HealthEvents(version=1, events=[event])
+def to_proto(spec: HealthEventSpec, *, now: float, event_id: str) -> bytes:
+    """The serialized ``HealthEvents`` request for ``spec`` (``nvdaemon.sinks.nvsentinel_proto``: no protobuf
+    runtime in the agent), stamped with ``now`` (seconds since the epoch) and ``event_id``."""
+    return health_events(spec, now=now, event_id=event_id)
 
 
 def bearer_token(path: str) -> str | None:
@@ -101,11 +81,9 @@ def bearer_token(path: str) -> str | None:
 def classify(exc: BaseException) -> SendError:
     if isinstance(exc, SendError):
         return exc
-    if isinstance(exc, grpc.Call):
-        code = exc.code()
-        detail = exc.details() or ""
-        retryable = code in RETRYABLE_CODES or bool(_RETRYABLE_DETAIL.search(detail))
-        return SendError(code.name, detail, retryable)
+    if isinstance(exc, RpcError):
+        retryable = exc.code in RETRYABLE_CODES or bool(_RETRYABLE_DETAIL.search(exc.details))
+        return SendError(exc.code, exc.details, retryable)
     if isinstance(exc, ConnectionResetError):
         return SendError("CONNECTION_RESET", str(exc), True)
     if isinstance(exc, BrokenPipeError):
@@ -114,12 +92,12 @@ def classify(exc: BaseException) -> SendError:
 
 
 class Publisher(Protocol):
-    def send(self, request: pb.HealthEvents) -> None:
-        """Deliver one request; raise SocketMissing, TokenError, grpc.RpcError or OSError. Runs in a thread."""
+    def send(self, request: bytes) -> None:
+        """Deliver one serialized request; raise SocketMissing, TokenError, RpcError or OSError. Runs in a thread."""
 
 
 class GrpcPublisher:
-    """The platform-connector over its Unix socket: stat, read the token, one call on a fresh channel."""
+    """The platform-connector over its Unix socket: stat, read the token, one call on a fresh connection."""
 
     def __init__(self, socket_path: str, token_path: str, timeout: float) -> None:
         self.socket_path = socket_path
@@ -138,15 +116,9 @@ class GrpcPublisher:
             return True
         return True
 
-    def send(self, request: pb.HealthEvents) -> None:
+    def send(self, request: bytes) -> None:
         if not self.present():
             raise SocketMissing(self.socket_path)
         token = bearer_token(self.token_path)
         metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
-        with grpc.insecure_channel(f"unix:{self.socket_path}") as channel:
-            call = channel.unary_unary(
-                METHOD,
-                request_serializer=pb.HealthEvents.SerializeToString,
-                response_deserializer=empty_pb2.Empty.FromString,
-            )
-            call(request, timeout=self.timeout, metadata=metadata)
+        unary_call(self.socket_path, METHOD, request, timeout=self.timeout, metadata=metadata)

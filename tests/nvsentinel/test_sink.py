@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
 
-import grpc
 import trio
 
 from nvdaemon.app import Agent
@@ -15,6 +13,7 @@ from nvdaemon.configload import parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.server.metrics import MetricsCache
+from nvdaemon.sinks.grpc_unary import RpcError
 from nvdaemon.sinks.nvsentinel import NvsentinelHealthSink, classify
 from nvdaemon.supervise import Supervisor
 from tests.nvsentinel.conftest import MakeReconciler
@@ -73,51 +72,22 @@ async def test_xid_events_from_the_bus_raise_the_gpu_condition(
         nursery.cancel_scope.cancel()
 
 
-class FakeCall(grpc.RpcError, grpc.Call):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-    def initial_metadata(self) -> Any:
-        return ()
-
-    def trailing_metadata(self) -> Any:
-        return ()
-
-    def is_active(self) -> bool:
-        return False
-
-    def time_remaining(self) -> float:
-        return 0.0
-
-    def cancel(self) -> bool:
-        return False
-
-    def add_callback(self, callback: Any) -> bool:
-        return False
-
-
 def test_only_unavailable_deadline_reset_and_broken_pipe_are_retried() -> None:
     retried = [
-        FakeCall(grpc.StatusCode.UNAVAILABLE, "failed to connect"),
-        FakeCall(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"),
-        FakeCall(grpc.StatusCode.INTERNAL, "recvmsg: Connection reset by peer"),
-        FakeCall(grpc.StatusCode.UNKNOWN, "sendmsg: Broken pipe"),
+        RpcError("UNAVAILABLE", "failed to connect"),
+        RpcError("DEADLINE_EXCEEDED", "Deadline Exceeded"),
+        RpcError("INTERNAL", "recvmsg: Connection reset by peer"),
+        RpcError("UNKNOWN", "sendmsg: Broken pipe"),
         ConnectionResetError(104, "Connection reset by peer"),
         BrokenPipeError(32, "Broken pipe"),
     ]
     assert all(classify(e).retryable for e in retried)
     permanent = [
-        FakeCall(grpc.StatusCode.UNAUTHENTICATED, ""),
-        FakeCall(grpc.StatusCode.PERMISSION_DENIED, ""),
-        FakeCall(grpc.StatusCode.INVALID_ARGUMENT, ""),
-        FakeCall(grpc.StatusCode.UNIMPLEMENTED, ""),
-        FakeCall(grpc.StatusCode.INTERNAL, "boom"),
+        RpcError("UNAUTHENTICATED", ""),
+        RpcError("PERMISSION_DENIED", ""),
+        RpcError("INVALID_ARGUMENT", ""),
+        RpcError("UNIMPLEMENTED", ""),
+        RpcError("INTERNAL", "boom"),
         PermissionError(13, "Permission denied"),
     ]
     assert not any(classify(e).retryable for e in permanent)
@@ -125,11 +95,11 @@ def test_only_unavailable_deadline_reset_and_broken_pipe_are_retried() -> None:
 
 
 async def test_connection_reset_then_ok_is_retried(make_reconciler: MakeReconciler) -> None:
-    sent: list[pb.HealthEvents] = []
+    sent: list[bytes] = []
     failures: list[BaseException] = [ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe")]
 
     class Flaky:
-        def send(self, request: pb.HealthEvents) -> None:
+        def send(self, request: bytes) -> None:
             sent.append(request)
             if failures:
                 raise failures.pop(0)
