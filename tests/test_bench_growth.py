@@ -18,8 +18,9 @@ AXES = {axis.key: axis for axis in growth.AXES}
 
 
 def one_cycle(key: str) -> growth.Axis:
+    """The axis measured over one cycle, with no warm-up."""
     a = AXES[key]
-    return growth.Axis(a.key, a.tier, a.unit, a.plural, a.points, (1, 1))
+    return growth.Axis(a.key, a.tier, a.unit, a.plural, a.points, (1, 1), warmup=0)
 
 
 def test_fit_recovers_a_line() -> None:
@@ -53,12 +54,6 @@ def test_textfiles_hold_n_series(tmp_path: Path, n: int) -> None:
     assert len(series) == n
 
 
-@pytest.fixture
-def no_warmup(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(growth, "WARMUP", 0)
-
-
-@pytest.mark.usefixtures("no_warmup")
 def test_gpu_point_collects_and_renders_every_gpu(tmp_path: Path) -> None:
     one = growth.measure(one_cycle("gpus"), 1, tmp_path)
     three = growth.measure(one_cycle("gpus"), 3, tmp_path)
@@ -69,14 +64,12 @@ def test_gpu_point_collects_and_renders_every_gpu(tmp_path: Path) -> None:
     assert sorted(temps) == [b"0", b"1", b"2"]
 
 
-@pytest.mark.usefixtures("no_warmup")
 def test_disk_point_reads_every_disk(tmp_path: Path) -> None:
     point = growth.measure(one_cycle("disks"), 4, tmp_path)
     serials = set(re.findall(rb'serial_number="(BENCH\d+)"', point.exposition))
     assert serials == {b"BENCH00000", b"BENCH00001", b"BENCH00002", b"BENCH00003"}
 
 
-@pytest.mark.usefixtures("no_warmup")
 def test_textfile_point_exposes_every_series(tmp_path: Path) -> None:
     point = growth.measure(one_cycle("textfile"), 25, tmp_path)
     assert len(re.findall(rb"^bench_growth_f\d+\{", point.exposition, re.M)) == 25
