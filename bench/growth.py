@@ -5,8 +5,10 @@ In-process, with the agent's own parts (as ``bench/__main__.py``'s render cost):
 tier's collectors built and configured as the tier loop builds them (``app.serve_tier``), ``collect_tier`` (the
 worker thread, reads, parsing) plus ``Agent.on_snapshot`` (the rules, the snapshot swap) as *cycle CPU*, then
 ``MetricsCache.render`` of the exposition the new snapshot changed as *render CPU*. CPU is this process's
-(``time.process_time``: every thread, children not included), per cycle and per render, the mean over the cycles
-after the axis's warm-up cycles: as many as fit in BUDGET seconds of CPU, within the axis's fewest and most.
+(``time.process_time``: every thread, children not included), per cycle and per render. An axis's three points run
+side by side in one process, in rounds of one cycle and one render of each, each point first in turn (a change in
+the machine's load then touches every point alike); after the warm-up rounds, rounds repeat until the dearest
+point has spent BUDGET seconds of CPU (within the axis's fewest and most), and each figure is the mean over them.
 
 - GPUs (1, 8, 64): the gpu tier alone on the fake NVML (``nvdaemon/nvml/fake.py``), replaying
   ``fixtures/nvml/h100-8gpu-healthy.json``'s devices repeated to N (each its own UUID and PCI address), dcgmCompat
@@ -67,11 +69,11 @@ class Axis:
     unit: str  # what one unit is, singular
     plural: str
     points: tuple[int, int, int]
-    reps: tuple[int, int]  # at least, at most: cycles are repeated until BUDGET seconds of CPU or the most
+    reps: tuple[int, int]  # at least, at most: rounds are repeated until BUDGET seconds of CPU or the most
     warmup: int = 3  # cycles before measuring (the first ones fill caches, the first SMART cycle detects types)
 
 
-BUDGET = 1.0  # CPU seconds of cycles and renders per point, so that a cheap point is measured over many cycles
+BUDGET = 2.0  # CPU seconds of cycles and renders of the dearest point: the cheap ones get as many cycles
 AXES = (
     Axis("gpus", "gpu", "GPU", "GPUs", (1, 8, 64), (20, 400)),
     Axis("disks", "smart", "disk", "disks", (4, 24, 60), (4, 6), warmup=1),  # a cycle runs smartctl on every disk
@@ -174,13 +176,13 @@ def config(axis: Axis, n: int, tmp: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def standin_recordings(axis: Axis, n: int, tmp: Path) -> Iterator[None]:
-    """The stand-in smartctl reads its recordings from $SMARTCTL_STANDIN_DIR: point it at this point's disks."""
-    if axis.key != "disks":
+def standin_recordings(directory: Path | None) -> Iterator[None]:
+    """The stand-in smartctl reads its recordings from $SMARTCTL_STANDIN_DIR: point it at ``directory`` meanwhile."""
+    if directory is None:
         yield
         return
     before = os.environ.get("SMARTCTL_STANDIN_DIR")
-    os.environ["SMARTCTL_STANDIN_DIR"] = str(tmp / f"disks-{n}" / "recordings")
+    os.environ["SMARTCTL_STANDIN_DIR"] = str(directory)
     try:
         yield
     finally:
@@ -190,59 +192,94 @@ def standin_recordings(axis: Axis, n: int, tmp: Path) -> Iterator[None]:
             os.environ["SMARTCTL_STANDIN_DIR"] = before
 
 
-# ---- one point ----------------------------------------------------------------------------------------------------
+# ---- the points of an axis, side by side ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Point:
     figures: dict[str, float]  # mean cycle and render CPU (ms), cycles measured, samples and bytes of the last one
     exposition: bytes  # the last render
 
 
-def measure(axis: Axis, n: int, tmp: Path) -> Point:
-    """Mean cycle and render CPU of ``axis``'s tier with ``n`` units, and what the last cycle produced."""
-    text = json.dumps({"node": "bench-node", **config(axis, n, tmp)})
+class _Tier:
+    """One point: an agent with ``n`` units, its tier's runners (built as ``app.serve_tier`` builds them), its
+    /metrics cache, and the CPU its cycles and renders took."""
 
-    async def main() -> Point:
-        agent = Agent(parse_config(text, "bench", env={}))
-        cfg = agent.loaded.config
+    def __init__(self, axis: Axis, n: int, tmp: Path) -> None:
+        self.axis, self.n = axis, n
+        self.agent = Agent(parse_config(json.dumps({"node": "bench-node", **config(axis, n, tmp)}), "bench", env={}))
+        self.recordings = tmp / f"disks-{n}" / "recordings" if axis.key == "disks" else None
+        self.runners: list[CollectorRunner] = []
+        self.cache = MetricsCache(self.agent)
+        self.cycle = self.render = 0.0
+        self.done = -axis.warmup
+        self.samples = 0
+        self.body = b""
+
+    async def open(self) -> None:
+        agent, cfg = self.agent, self.agent.loaded.config
         start = await open_gpu(cfg.gpu, agent.active_tiers(), node=agent.node, emit=agent.emit, next_seq=agent.next_seq)
         agent.gpu = rt = start.runtime
-        # Built as app.serve_tier builds them.
         limiter = rt.limiter if rt is not None else trio.CapacityLimiter(4)
-        collectors = rt.collectors() if rt is not None else collectors_for_tier(axis.tier)
-        if axis.tier == "core":
+        collectors = rt.collectors() if rt is not None else collectors_for_tier(self.axis.tier)
+        if self.axis.tier == "core":
             collectors += node_exporter_collectors(cfg, NODE_EXPORTER_TABLE)
         for c in collectors:
             c.configure(cfg)
-        runners = [CollectorRunner(c, limiter) for c in collectors]
-        cache = MetricsCache(agent)
-        cycle = render = 0.0
-        fewest, most = axis.reps
-        done = -axis.warmup
-        while done < fewest or (done < most and cycle + render < BUDGET):
+        self.runners = [CollectorRunner(c, limiter) for c in collectors]
+
+    async def once(self) -> None:
+        """One cycle (collect + the snapshot into the agent) and one render; timed once past the warm-up."""
+        agent = self.agent
+        with standin_recordings(self.recordings):
             t0 = time.process_time()
-            snap = await collect_tier(axis.tier, runners, agent.roots, cfg.collector_timeout_seconds)
+            snap = await collect_tier(
+                self.axis.tier, self.runners, agent.roots, agent.loaded.config.collector_timeout_seconds
+            )
             agent.on_snapshot(snap)
             t1 = time.process_time()
-            body = cache.render()
+            self.body = self.cache.render()
             t2 = time.process_time()
-            if done >= 0:
-                cycle += t1 - t0
-                render += t2 - t1
-            done += 1
-        failing = [name for name, st in snap.collectors.items() if not st.success]
-        if failing:
-            raise RuntimeError(f"growth {axis.key}={n}: collector(s) failing: {failing}")
-        figures = {
-            "cycle_ms": cycle / done * 1000,
-            "render_ms": render / done * 1000,
-            "cycles": done,
-            "samples": len(snap.samples),
-            "exposition_bytes": len(body),
-        }
-        return Point(figures, body)
+        if self.done >= 0:
+            self.cycle += t1 - t0
+            self.render += t2 - t1
+        self.done += 1
+        self.samples = len(snap.samples)
+        if failing := [name for name, st in snap.collectors.items() if not st.success]:
+            raise RuntimeError(f"growth {self.axis.key}={self.n}: collector(s) failing: {failing}")
 
-    with standin_recordings(axis, n, tmp):
-        return trio.run(main)
+    def point(self) -> Point:
+        figures = {
+            "cycle_ms": self.cycle / self.done * 1000,
+            "render_ms": self.render / self.done * 1000,
+            "cycles": self.done,
+            "samples": self.samples,
+            "exposition_bytes": len(self.body),
+        }
+        return Point(figures, self.body)
+
+
+def measure(axis: Axis, tmp: Path, points: tuple[int, ...] | None = None) -> dict[int, Point]:
+    """Each point of ``axis`` (or ``points``), measured in turns: a cycle and a render of each in every round, so
+    a change in the machine's load while it runs touches every point alike."""
+
+    async def main() -> dict[int, Point]:
+        tiers = [_Tier(axis, n, tmp) for n in points or axis.points]
+        for t in tiers:
+            await t.open()
+        fewest, most = axis.reps
+        turn = 0
+        while True:
+            done = tiers[0].done
+            spent = max(t.cycle + t.render for t in tiers)
+            if done >= most or (done >= fewest and spent >= BUDGET):
+                break
+            # Each point goes first in turn: the one after the largest render would otherwise always find the
+            # caches that render left.
+            for t in tiers[turn:] + tiers[:turn]:
+                await t.once()
+            turn = (turn + 1) % len(tiers)
+        return {t.n: t.point() for t in tiers}
+
+    return trio.run(main)
 
 
 # ---- the line -----------------------------------------------------------------------------------------------------
@@ -259,7 +296,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="nvdaemon-growth-") as name:
         tmp = Path(name)
         for axis in AXES:
-            got = {n: measure(axis, n, tmp).figures for n in axis.points}
+            got = {n: p.figures for n, p in measure(axis, tmp).items()}
             for n, figures in got.items():
                 raw.update({f"growth_{axis.key}_{n}_{k}": v for k, v in figures.items()})
             lo, mid, hi = axis.points

@@ -55,8 +55,8 @@ def test_textfiles_hold_n_series(tmp_path: Path, n: int) -> None:
 
 
 def test_gpu_point_collects_and_renders_every_gpu(tmp_path: Path) -> None:
-    one = growth.measure(one_cycle("gpus"), 1, tmp_path)
-    three = growth.measure(one_cycle("gpus"), 3, tmp_path)
+    got = growth.measure(one_cycle("gpus"), tmp_path, (1, 3))
+    one, three = got[1], got[3]
     assert one.figures["cycles"] == 1
     assert one.figures["samples"] > 0
     assert three.figures["samples"] == 3 * one.figures["samples"]
@@ -65,13 +65,13 @@ def test_gpu_point_collects_and_renders_every_gpu(tmp_path: Path) -> None:
 
 
 def test_disk_point_reads_every_disk(tmp_path: Path) -> None:
-    point = growth.measure(one_cycle("disks"), 4, tmp_path)
+    point = growth.measure(one_cycle("disks"), tmp_path, (4,))[4]
     serials = set(re.findall(rb'serial_number="(BENCH\d+)"', point.exposition))
     assert serials == {b"BENCH00000", b"BENCH00001", b"BENCH00002", b"BENCH00003"}
 
 
 def test_textfile_point_exposes_every_series(tmp_path: Path) -> None:
-    point = growth.measure(one_cycle("textfile"), 25, tmp_path)
+    point = growth.measure(one_cycle("textfile"), tmp_path, (25,))[25]
     assert len(re.findall(rb"^bench_growth_f\d+\{", point.exposition, re.M)) == 25
 
 
