@@ -13,20 +13,23 @@ fixture disks of ``fixtures/hosts/disks`` under dev/):
 - *theirs*: node_exporter (every collector, the oracle's flags) on the same host root.
 
 How it scales: it does not. Both agents tick at the real default interval (15 s) and all three are scraped every
-15 s (Prometheus scrapes every 15-30 s), each scrape on a new connection (an agent's idle keep-alive closes well
-within 15 s, so Prometheus reconnects too). CPU (utime+stime from /proc/<pid>/stat) is taken over a window of
-STEADY seconds (``BENCH_STEADY_SECONDS``, 300 by default, rounded to whole 15 s intervals), so per hour is
-CPU x 3600 / window with no factor for ticks or scrapes. Why real ticks and not 1 s ticks scaled to 15 s (the
-method before): scaling divides everything by 15, including what does not happen per tick (timers, the websocket
-and NVSentinel keepalives, history's window writes, node_exporter's Go runtime and garbage collection), and a 1 s
-scrape rate puts 15 times the scrapes against each of those. Twenty real ticks cost five minutes, and 300 s is also
-SMART's and history's default period, so the window holds one SMART cycle and one history write, as an hour holds
-twelve of each. The window starts half an interval after the full agent's ticks (its /readyz turns 200 right after
-its first tick) and after two warm-up ticks, each scraped once (one-time costs such as a first render stay out);
-the tick timestamps the full agent reports (``nodevitals_tier_last_tick_timestamp_seconds``) count the ticks of
-each tier seen inside it (``raw``). The smartctl stand-in the full agent spawns (a Python script standing in for a C
-tool) is not counted: its CPU is reported apart (``steady_full_children_cpu_s``). RSS: the peak (VmHWM) of each
-process at the end.
+15 s (Prometheus scrapes every 15-30 s), each scrape on a new connection (the agent closes an idle keep-alive
+connection after 10 s, server.idleTimeoutSeconds, so Prometheus reconnects too). CPU (utime+stime from
+/proc/<pid>/stat) is taken over a window of STEADY seconds (``BENCH_STEADY_SECONDS``, 300 by default, rounded to
+whole 15 s intervals), so per hour is CPU x 3600 / window with no factor for ticks or scrapes.
+
+Why real ticks and not 1 s ticks scaled to 15 s (the method before): scaling divides everything by 15, including
+what does not happen per tick (timers, the websocket and NVSentinel keepalives, history's window writes,
+node_exporter's Go runtime and garbage collection), and a tick every second finds the caches warm where one every
+15 s does not. Twenty real ticks take five minutes, and 300 s is also SMART's and history's default period, so the
+window holds one SMART cycle and one history write, as an hour holds twelve of each.
+
+The window starts half an interval after the full agent's ticks (its /readyz turns 200 right after its first
+tick) and after two warm-up ticks, each scraped once (one-time costs such as a first render stay out); the tick
+timestamps the full agent reports (``nodevitals_tier_last_tick_timestamp_seconds``) count the ticks of each tier
+inside it (``raw``). The smartctl stand-in the full agent spawns (a Python script standing in for a C tool) is not
+counted: its CPU is reported apart (``steady_full_children_cpu_s``). RSS: the peak (VmHWM) of each process at the
+end.
 """
 
 from __future__ import annotations
@@ -185,7 +188,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
         measured = time.monotonic() - began
         cpu = {who: cpu_seconds(pid) - cpu0[who] for who, (pid, _) in targets.items()}
         raw: dict[str, Any] = {
-            "steady_method": "real 15 s ticks and scrapes, not scaled",
+            "steady_method": "real 15 s ticks, each scraped every 15 s (new connection); CPU x 3600 / window, unscaled",
             "steady_interval_s": INTERVAL,
             "steady_window_s": measured,  # not steady_seconds: make bench records each section's own time under that
             "steady_scrapes_each": scrapes,
@@ -208,14 +211,14 @@ def run() -> tuple[list[Row], dict[str, Any]]:
 
     rows = [
         Row(
-            "steady CPU/hour at 15 s, core+node_* surface",
+            "steady CPU/hour, real 15 s ticks, core+node_* surface",
             raw["steady_core_cpu_s_per_hour"],
             "s",
             ref("cpu_s_per_hour"),
             CORE_TARGET,
         ),
         Row(
-            "steady CPU/hour at 15 s, all tiers+sinks",
+            "steady CPU/hour, real 15 s ticks, all tiers+sinks",
             raw["steady_full_cpu_s_per_hour"],
             "s",
             ref("cpu_s_per_hour"),
