@@ -312,15 +312,17 @@ def test_node_exporter_without_the_root_fs_turns_the_filesystem_collector_off(tm
 def test_resources_from_the_go_file_are_honoured_and_notes_warn(tmp_path: Path) -> None:
     for ds in render(VARIANTS["all-tiers"]).daemonsets().values():
         assert agent(ds)["resources"] == GO["resources"]
-    text = notes(tmp_path, GO)
-    assert "WARNING: resources.limits.memory is 64Mi" in text
-    # Ours, left alone: larger than Go's (the agent's peak RSS is above 64 MiB), and no warning.
+    # The Go file's 64Mi limit holds the measured peak of every pod shape (bench/rss.py): no warning.
+    assert "resources.limits.memory" not in notes(tmp_path, GO)
+    # Ours, left alone: a 2x margin over the largest measured peak, and no warning.
     ours = render().daemonsets()["core"]
-    assert agent(ours)["resources"] == {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+    assert agent(ours)["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}
     assert "resources.limits.memory" not in notes(tmp_path / "ours", {})
     assert "resources.limits.memory" not in notes(tmp_path / "gi", {"resources": {"limits": {"memory": "1Gi"}}})
-    low = notes(tmp_path / "bytes", {"resources": {"limits": {"memory": 100_000_000}}})
-    assert "WARNING: resources.limits.memory is 100000000" in low
+    low = notes(tmp_path / "low", {"resources": {"limits": {"memory": "48Mi"}}})
+    assert "WARNING: resources.limits.memory is 48Mi" in low
+    low_bytes = notes(tmp_path / "bytes", {"resources": {"limits": {"memory": 50_000_000}}})
+    assert "WARNING: resources.limits.memory is 50000000" in low_bytes
 
 
 def test_update_strategy_max_unavailable() -> None:
