@@ -7,8 +7,11 @@ Each reference is measured in the same run, on the same machine:
 - ``bench/scrape.py``: /metrics p99 and CPU per scrape, 500 interleaved scrapes of ours (core tier + the
   node_exporter surface) and of Debian's node_exporter, on ``fixtures/hosts/gpunode`` and on this machine's own
   root, over a kept-alive connection and over a new connection per scrape (target ratio <= 0.25);
-- ``bench/steady.py``: CPU seconds per hour (1 s interval scaled to 15 s) and peak RSS with every tier and sink on,
-  against node_exporter scraped at the same rate (targets: ratio <= 1, RSS <= 64 MiB);
+- ``bench/steady.py``: CPU seconds per hour at a real 15 s interval and scrape rate (not scaled), side by side: the
+  core tier with the node_* surface (target ratio <= 0.5) and every tier and sink (target ratio <= 1, RSS <= 64 MiB),
+  against node_exporter;
+- ``bench/growth.py``: cycle and render CPU at 1/8/64 GPUs, 4/24/60 disks, 10/100/1,000 textfile series: the cost
+  per unit (least squares), the fixed cost, and how linear it is;
 - ``bench/rss.py``: peak RSS of each pod shape the chart renders, and of the core pod with a full spool (<= 64 MiB);
 - ``bench/latency.py``: a fixture change -> ENTER at a webhook receiver, a websocket client and the NVSentinel
   connector, from the start of the tick that saw it (target p99 <= 50 ms);
@@ -17,8 +20,9 @@ Each reference is measured in the same run, on the same machine:
 
 Without node_exporter installed the reference columns say "not installed". A benchmark that cannot run (the agent
 failing at start, say) prints why, shows FAILED in its rows, and makes the command exit 1; the others still run.
-``BENCH_STEADY_SECONDS`` shortens the steady run (180 s); ``BENCH_HOST_ROOT`` moves the cycle/floor figures to a
-host root; ``BENCH_NODE_EXPORTER_COLLECTORS`` restricts the node_exporter collectors on both sides.
+``BENCH_STEADY_SECONDS`` sets the steady window (300 s, whole 15 s intervals); ``BENCH_HOST_ROOT`` moves the
+cycle/floor figures to a host root; ``BENCH_NODE_EXPORTER_COLLECTORS`` restricts the node_exporter collectors on
+both sides.
 """
 
 from __future__ import annotations
@@ -132,14 +136,15 @@ def history() -> tuple[list[Row], dict[str, Any]]:
 
 
 def sections() -> list[tuple[str, str, Section]]:
-    from bench import floor, latency, probes, rss, scrape, steady
+    from bench import floor, growth, latency, probes, rss, scrape, steady
 
     return [
         ("floor", "core-tier cycle CPU against reading the same files ...", floor.run),
         ("render", "/metrics render cost, uncached ...", render_cost),
         ("scrape", f"/metrics: {scrape.SCRAPES} interleaved scrapes of ours and of node_exporter ...", scrape.run),
-        ("steady", f"steady cost over {steady.seconds():g} s, all tiers and sinks, and node_exporter ...", steady.run),
+        ("steady", f"steady cost over {steady.seconds():g} s at 15 s, two shapes and node_exporter ...", steady.run),
         ("rss", f"peak RSS of each pod shape the chart renders, {rss.TICKS} ticks each ...", rss.run),
+        ("growth", "cycle and render CPU against GPUs, disks, textfile series ...", growth.run),
         ("latency", f"event latency over {latency.CHANGES} fixture changes ...", latency.run),
         ("stream", "/v1/events fan-out to 100 websocket clients ...", stream),
         ("webhook", "webhook delivery; agent RSS with a full spool ...", webhook),
