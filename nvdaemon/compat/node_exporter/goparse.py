@@ -117,6 +117,16 @@ def parse_float_or_none(text: str) -> float | None:
 
 
 def _parse_integer(text: str, base: int, bits: int, signed: bool) -> int:
+    # The common case, plain decimal digits that fit any 64-bit range (at most 18 of them): int() alone agrees
+    # with Go. Base 0 reads a leading 0 as octal, so only a digit string without one takes this path there.
+    if (
+        bits == 64
+        and text.isdigit()
+        and text.isascii()
+        and len(text) <= 18
+        and (base == 10 or (base == 0 and (text[0] != "0" or text == "0")))
+    ):
+        return int(text)
     name = "ParseInt" if signed else "ParseUint"
     sign, body = (text[0], text[1:]) if signed and text[:1] in ("+", "-") else ("", text)
     base0, prefixed = base == 0, False
