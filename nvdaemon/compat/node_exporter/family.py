@@ -32,8 +32,8 @@ class Family:
     suffixed: bool = False  # some sample carries SUFFIX (only then does rendering look for it)
 
     def add(self, value: float, labels: Mapping[str, str] | None = None, **kw: str) -> Family:
-        merged = {**(labels or {}), **kw}
-        self.samples.append((tuple(sorted(merged.items())), float(value)))
+        items = ({**labels, **kw} if kw else labels).items() if labels else kw.items()
+        self.samples.append((tuple(sorted(items)), float(value)))
         return self
 
     def add_suffixed(self, suffix: str, value: float, labels: Mapping[str, str]) -> Family:
@@ -162,11 +162,17 @@ def render(families: Mapping[str, Family]) -> bytes:
                 if suffix:
                     sample_name = name + suffix
                     shown = tuple((k, v) for k, v in labels if k != SUFFIX)
+            # go_float's common case inline (a non-zero count below 1e6), as it is most of the samples
+            text = (
+                str(int(value))
+                if type(value) is float and value.is_integer() and value and -1e6 < value < 1e6
+                else fmt(value)
+            )
             if shown:
                 body = ",".join([f'{k}="{esc(v)}"' for k, v in shown])
-                append(f"{sample_name}{{{body}}} {fmt(value)}")
+                append(f"{sample_name}{{{body}}} {text}")
             else:
-                append(f"{sample_name} {fmt(value)}")
+                append(f"{sample_name} {text}")
     return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
