@@ -68,7 +68,7 @@ class NodeContext:
         """The size cap of a file by where it lives: sysfs attribute, growing /proc table, other file."""
         # On the path's string: pathlib's is_relative_to cost as much as the read itself (hundreds per cycle).
         where = os.fspath(path)
-        sys_root, proc_root = _prefixes(self.roots)
+        sys_root, proc_root = self._prefixes
         if where.startswith(sys_root):
             return SYSFS_ATTR_MAX
         if where.startswith(proc_root):
@@ -77,14 +77,13 @@ class NodeContext:
                 return PROC_TABLE_MAX
         return PROC_FILE_MAX
 
+    @functools.cached_property
+    def _prefixes(self) -> tuple[str, str]:
+        """The sysfs and procfs roots as string prefixes, ending in a separator."""
+        return os.path.join(self.roots.sys, ""), os.path.join(self.roots.proc, "")
+
 
 _PROC_TABLES = frozenset({"mounts", "mountinfo", "diskstats"})
-
-
-@functools.lru_cache(maxsize=16)
-def _prefixes(roots: HostRoots) -> tuple[str, str]:
-    """The sysfs and procfs roots as string prefixes, ending in a separator (a few host roots per process)."""
-    return os.path.join(os.fspath(roots.sys), ""), os.path.join(os.fspath(roots.proc), "")
 
 
 class NodeCollector(Protocol):

@@ -84,6 +84,10 @@ def _underscores_ok(body: str, prefixed: bool, hexadecimal: bool) -> bool:
 def parse_float(text: str) -> float:
     """``strconv.ParseFloat(text, 64)``: Go's float literal syntax (decimal, ``0x`` hex with a ``p`` exponent,
     ``_`` between digits), inf/infinity with a sign, unsigned nan; an overflow to infinity is an error."""
+    # The common case, an optionally negative run of decimal digits (a sensor reading): float() agrees with Go;
+    # 300 digits stay below the largest float.
+    if text.isascii() and len(text) < 300 and (text[1:] if text[:1] == "-" else text).isdigit():
+        return float(text)
     if _INF.fullmatch(text):
         return -math.inf if text.startswith("-") else math.inf
     if text.lower() == "nan":  # Go takes no sign on NaN
