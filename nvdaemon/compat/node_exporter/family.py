@@ -150,6 +150,9 @@ def render(families: Mapping[str, Family]) -> bytes:
         append(f"# HELP {name} {_escape_help(fam.help)}")
         append(f"# TYPE {name} {fam.type}")
         previous: tuple[tuple[str, str], ...] | None = None
+        # Samples copied from another family (a textfile's, joined across files) may carry SUFFIX without this
+        # family's flag: a summary or histogram is always looked at.
+        suffixed = fam.suffixed or fam.type in ("summary", "histogram")
         # A stable sort puts a duplicate series right after its first instance, which is the one kept: the Go
         # registry refuses a duplicate series, and so do we.
         for labels, value in sorted(fam.samples, key=_labels_of):
@@ -157,7 +160,7 @@ def render(families: Mapping[str, Family]) -> bytes:
                 continue
             previous = labels
             sample_name, shown = name, labels
-            if fam.suffixed:
+            if suffixed:
                 suffix = next((v for k, v in labels if k == SUFFIX), "")
                 if suffix:
                     sample_name = name + suffix

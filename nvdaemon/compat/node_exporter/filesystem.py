@@ -216,8 +216,9 @@ class FilesystemCollector:
         readonly = gauge("node_filesystem_readonly", "Filesystem read-only status.")
         out += [error, size, free, avail, files, files_free, readonly]
 
-        # Mounts listed twice (a repeated bind) give one series. Every statfs starts at once and all share one
-        # deadline, so several mounts of one dead NFS server cost one timeout per cycle, not one each.
+        # Mounts listed twice (a repeated bind) give one series. The local batch and every other mount's statfs
+        # start at once and share one deadline, so several mounts of one dead NFS server cost one timeout per
+        # cycle, not one each.
         selected = [
             m
             for m in dict.fromkeys(mounts)
@@ -234,10 +235,11 @@ class FilesystemCollector:
             for i, (m, path) in enumerate(zip(selected, paths, strict=True))
         ]
         deadline = time.monotonic() + opts.mount_timeout_seconds
-        local_results = dict(zip(local, batch.wait(deadline), strict=True)) if batch is not None else {}
-        for i, (mount, call) in enumerate(zip(selected, calls, strict=True)):
+        results = dict(zip(local, batch.wait(deadline), strict=True)) if batch is not None else {}
+        results.update((i, call.wait(deadline)) for i, call in enumerate(calls) if call is not None)
+        for i, mount in enumerate(selected):
             labels = dict(zip(_LABELS, (mount.device, mount.mount_point, mount.fs_type), strict=True))
-            st = local_results.get(i) if i in batched else call.wait(deadline) if call is not None else None
+            st = results.get(i)  # None: failed, timed out, or stuck since an earlier cycle
             error.add(0.0 if st is not None else 1.0, labels)
             if st is None:
                 continue
