@@ -95,3 +95,13 @@ def test_render_moves_suffixes_of_samples_joined_from_another_family() -> None:
 def test_render_keeps_the_first_of_duplicate_series() -> None:
     fam = Family("d", "dup").add(1, device="a").add(2, device="b").add(3, device="a")
     assert render({"d": fam}).decode().splitlines()[2:] == ['d{device="a"} 1', 'd{device="b"} 2']
+
+
+def test_render_writes_values_as_go_float_does() -> None:
+    # render formats the common integer values itself; every value must still read as go_float writes it.
+    values = [0.0, -0.0, 7.0, -3.0, 999999.0, 1e6, -1e6, 2.0**53, 0.25, 1e-5, math.nan, math.inf, -math.inf]
+    fam = Family("v", "values")
+    for i, value in enumerate(values):
+        fam.add(value, i=f"{i:02d}")
+    lines = render({"v": fam}).decode().splitlines()[2:]
+    assert lines == [f'v{{i="{i:02d}"}} {go_float(value)}' for i, value in enumerate(values)]

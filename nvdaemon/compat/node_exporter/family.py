@@ -165,10 +165,13 @@ def render(families: Mapping[str, Family]) -> bytes:
                 if suffix:
                     sample_name = name + suffix
                     shown = tuple((k, v) for k, v in labels if k != SUFFIX)
-            # go_float's common case inline (a non-zero count below 1e6), as it is most of the samples
+            # go_float's common case inline (a count below 1e6, not -0), as it is most of the samples
             text = (
                 str(int(value))
-                if type(value) is float and value.is_integer() and value and -1e6 < value < 1e6
+                if type(value) is float
+                and value.is_integer()
+                and -1e6 < value < 1e6
+                and (value or math.copysign(1.0, value) > 0)
                 else fmt(value)
             )
             if shown:
