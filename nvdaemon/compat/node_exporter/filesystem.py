@@ -14,7 +14,8 @@ file system (any type not in ``LOCAL_TYPES``) is statfs'ed in its own thread, an
 kernel file systems (``LOCAL_TYPES``: disks, tmpfs, overlay) answer from memory; one thread statfs's them one after
 the other, as a thread per mount cost more than the statfs calls themselves. Should one of them block (a dead
 disk), that mount is marked stuck in the same way, the batch thread is abandoned, and the local mounts it had not
-reached yet report ``device_error`` 1 for that cycle only: the next cycle's batch skips the stuck one. A stuck mount
+reached get a statfs each in their own thread, with a timeout of their own: one blocked mount costs only itself (and
+that cycle one more timeout at most); the next cycle's batch skips the stuck one. A stuck mount
 point is not statfs'ed again (no thread pile-up on a dead server) until its blocked call returns; the state lives
 in the collector object made by ``make()``.
 """
@@ -236,6 +237,11 @@ class FilesystemCollector:
         ]
         deadline = time.monotonic() + opts.mount_timeout_seconds
         results = dict(zip(local, batch.wait(deadline), strict=True)) if batch is not None else {}
+        if batch is not None and batch.abandoned:
+            # The batch stopped at a blocked mount: those it had not reached (or that failed) get their own call.
+            retry = {i: self.start(selected[i].mount_point, paths[i]) for i in local if results[i] is None}
+            late = time.monotonic() + opts.mount_timeout_seconds
+            results.update((i, call.wait(late)) for i, call in retry.items() if call is not None)
         results.update((i, call.wait(deadline)) for i, call in enumerate(calls) if call is not None)
         for i, mount in enumerate(selected):
             labels = dict(zip(_LABELS, (mount.device, mount.mount_point, mount.fs_type), strict=True))
