@@ -445,3 +445,61 @@ def test_filesystem_variants_match_node_exporter(tmp_path: Path) -> None:
     (root / "proc/1").mkdir()
     (root / "proc/1/mounts").write_text(mounts + "broken line\n")
     assert not success(against_node_exporter(root, "filesystem"), "filesystem")
+
+
+LOCAL_MOUNTS = "/dev/sda1 / ext4 rw 0 0\n/dev/sdb1 /data xfs rw 0 0\ntmpfs /run tmpfs rw 0 0\n"
+
+
+def test_filesystem_local_mounts_share_one_thread(tmp_path: Path) -> None:
+    threads: dict[str, threading.Thread] = {}  # the objects, not their idents: a finished thread's is reused
+
+    def statfs(path: str) -> SimpleNamespace:
+        threads[path] = threading.current_thread()
+        return stat_result()
+
+    root = host(
+        tmp_path, {"proc/1/mounts": LOCAL_MOUNTS + "srv:/a /mnt/a nfs4 rw 0 0\nsshfs /mnt/b fuse.sshfs rw 0 0\n"}
+    )
+    fams, exc = run("filesystem", root, FilesystemCollector(statfs), filesystem={"mountPointsExclude": "^/proc"})
+    assert exc is None
+    local = {threads[str(root)], threads[str(root / "data")], threads[str(root / "run")]}
+    assert len(local) == 1  # the three local file systems: one thread call
+    remote = {threads[str(root / "mnt/a")], threads[str(root / "mnt/b")]}
+    assert len(remote) == 2 and not remote & local  # network and FUSE mounts: a thread each
+    errors = {dict(k)["mountpoint"]: v for k, v in fams["node_filesystem_device_error"].samples}
+    assert errors == {"/": 0.0, "/data": 0.0, "/run": 0.0, "/mnt/a": 0.0, "/mnt/b": 0.0}
+
+
+def test_filesystem_stuck_local_mount_costs_only_itself(tmp_path: Path) -> None:
+    release = threading.Event()
+    calls: list[str] = []
+
+    def statfs(path: str) -> SimpleNamespace:
+        calls.append(path)
+        if path.endswith("data") and not release.is_set():
+            release.wait(10)  # a dead disk, until the test lets it answer
+        return stat_result()
+
+    root = host(tmp_path, {"proc/1/mounts": LOCAL_MOUNTS})
+    impl = FilesystemCollector(statfs)
+
+    def errors() -> dict[str, float]:
+        fams, exc = run("filesystem", root, impl, filesystem={"mountTimeoutSeconds": 0.05})
+        assert exc is None
+        return {dict(k)["mountpoint"]: v for k, v in fams["node_filesystem_device_error"].samples}
+
+    # The batch reaches / before the stuck /data; /run, behind it, gets a statfs of its own in the same cycle.
+    assert errors() == {"/": 0.0, "/data": 1.0, "/run": 0.0}
+    assert impl.stuck == {"/data"}
+    assert calls.count(str(root / "run")) == 1
+    assert errors() == {"/": 0.0, "/data": 1.0, "/run": 0.0}  # the next batch skips the stuck mount
+    assert calls.count(str(root / "data")) == 1
+    release.set()
+    for _ in range(200):  # the blocked call returns, unmarks /data, and its abandoned batch goes no further
+        if not impl.stuck:
+            break
+        threading.Event().wait(0.01)
+    assert not impl.stuck
+    assert calls.count(str(root / "run")) == 2  # the first cycle's own call and the second cycle's batch
+    assert errors() == {"/": 0.0, "/data": 0.0, "/run": 0.0}
+    assert calls.count(str(root / "data")) == 2

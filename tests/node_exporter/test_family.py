@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nvdaemon.compat.node_exporter.family import Family, go_float, render
+from nvdaemon.compat.node_exporter.family import Family, go_float, merge, render
 
 
 def reference(value: float) -> str:
@@ -81,3 +81,27 @@ def test_render_sorts_escapes_and_moves_suffixes_back() -> None:
 @pytest.mark.parametrize(("value", "text"), [(44445, "44445"), (7 * 10**9, "7e+09"), (-2, "-2")])
 def test_go_float_takes_ints(value: int, text: str) -> None:
     assert go_float(value) == text
+
+
+def test_render_moves_suffixes_of_samples_joined_from_another_family() -> None:
+    # textfile joins the samples of one family read from several files: the first copy may have had none.
+    first, later = Family("h", "x", "histogram"), Family("h", "x", "histogram")
+    later.add_suffixed("_count", 3, {"job": "a"})
+    first.samples.extend(later.samples)
+    merged = merge([Family("g", "y", "gauge"), first])
+    assert render(merged).decode().splitlines()[-1] == 'h_count{job="a"} 3'
+
+
+def test_render_keeps_the_first_of_duplicate_series() -> None:
+    fam = Family("d", "dup").add(1, device="a").add(2, device="b").add(3, device="a")
+    assert render({"d": fam}).decode().splitlines()[2:] == ['d{device="a"} 1', 'd{device="b"} 2']
+
+
+def test_render_writes_values_as_go_float_does() -> None:
+    # render formats the common integer values itself; every value must still read as go_float writes it.
+    values = [0.0, -0.0, 7.0, -3.0, 999999.0, 1e6, -1e6, 2.0**53, 0.25, 1e-5, math.nan, math.inf, -math.inf]
+    fam = Family("v", "values")
+    for i, value in enumerate(values):
+        fam.add(value, i=f"{i:02d}")
+    lines = render({"v": fam}).decode().splitlines()[2:]
+    assert lines == [f'v{{i="{i:02d}"}} {go_float(value)}' for i, value in enumerate(values)]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nvdaemon.collectors.base import HostRoots
+from nvdaemon.collectors.base import HostPath, HostRoots
 from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, merge, render
@@ -439,7 +439,7 @@ class FaultyContext(NodeContext):
 
     faults: dict[str, OSError] = field(default_factory=dict)
 
-    def read(self, path: Path) -> str:
+    def read(self, path: HostPath) -> str:
         for suffix, exc in self.faults.items():
             if str(path).endswith(suffix):
                 raise exc

@@ -13,8 +13,8 @@ whole collector before anything is sent.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
@@ -49,25 +49,25 @@ class CpuFreq:
     khz: dict[str, int] = field(default_factory=dict)  # file name -> value, only those present and readable
 
 
-def read_policy(ctx: NodeContext, cpu: str, base: Path) -> CpuFreq:
+def read_policy(ctx: NodeContext, cpu: str, base: str) -> CpuFreq:
     """One CPU's cpufreq directory; raises on what makes node_exporter fail."""
     stats = CpuFreq(cpu)
     for name in (*FREQUENCIES, *_UNSERVED_UINT):
         try:
-            stats.khz[name] = read_int_file(ctx, base / name)  # one that does not parse fails the collector
+            stats.khz[name] = read_int_file(ctx, f"{base}/{name}")  # one that does not parse fails the collector
         except (NotPresent, PermissionError):  # absent, or root-only (cpuinfo_cur_freq) and we are not root
             continue
     for name in REQUIRED_TEXT:
-        ctx.read(base / name)  # NoData or OSError propagate: the collector fails
+        ctx.read(f"{base}/{name}")  # NoData or OSError propagate: the collector fails
     return stats
 
 
 def read_all(ctx: NodeContext) -> list[CpuFreq]:
     out: list[CpuFreq] = []
     for cpu_dir in cpu_dirs(ctx):
-        cpufreq = cpu_dir / "cpufreq"
+        cpufreq = f"{cpu_dir}/cpufreq"  # strings: no Path built per file of every CPU
         try:
-            cpufreq.stat()  # follows the policy link, as Go's os.Stat does
+            os.stat(cpufreq)  # follows the policy link, as Go's os.Stat does
         except FileNotFoundError:
             continue  # this CPU has no cpufreq driver
         out.append(read_policy(ctx, cpu_dir.name.removeprefix("cpu"), cpufreq))

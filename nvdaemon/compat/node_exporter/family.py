@@ -9,8 +9,8 @@ encoder: families sorted by name, label names sorted, samples sorted by label va
 
 from __future__ import annotations
 
-import functools
 import math
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,14 +29,16 @@ class Family:
     help: str
     type: FamilyType = "gauge"
     samples: list[tuple[tuple[tuple[str, str], ...], float]] = field(default_factory=list)
+    suffixed: bool = False  # some sample carries SUFFIX (only then does rendering look for it)
 
     def add(self, value: float, labels: Mapping[str, str] | None = None, **kw: str) -> Family:
-        merged = {**(labels or {}), **kw}
-        self.samples.append((tuple(sorted(merged.items())), float(value)))
+        items = ({**labels, **kw} if kw else labels).items() if labels else kw.items()
+        self.samples.append((tuple(sorted(items)), float(value)))
         return self
 
     def add_suffixed(self, suffix: str, value: float, labels: Mapping[str, str]) -> Family:
         """A summary's or histogram's ``<name>_sum``, ``_count`` or ``_bucket`` series."""
+        self.suffixed = True
         return self.add(value, labels, **{SUFFIX: suffix})
 
 
@@ -62,6 +64,17 @@ def untyped(name: str, help: str, value: float | None = None, **labels: str) -> 
 def go_float(value: float) -> str:
     """``strconv.FormatFloat(v, 'g', -1, 64)``: shortest digits, exponent form below 1e-4 or from 1e6 up."""
     value = float(value)  # callers pass ints too (smartctl's counts), and int has no is_integer() before 3.12
+    if value.is_integer():  # the common case: a count (NaN and the infinities are not integers)
+        if -1e6 < value < 1e6:
+            return str(int(value)) if value or math.copysign(1.0, value) > 0 else "-0"
+        if -_EXACT < value < _EXACT:
+            # Every integer below 2**53 is a float, so its exact digits are the shortest that round-trip (Go's).
+            text = str(int(value))
+            prefix, text = ("-", text[1:]) if text[0] == "-" else ("", text)
+            digits = text.rstrip("0")
+            exp = len(text) - 1  # at least 6 here: exponent form
+            lead = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+            return f"{prefix}{lead}e+{exp:02d}"
     if math.isnan(value):
         return "NaN"
     if value in (math.inf, -math.inf):
@@ -91,13 +104,19 @@ def go_float(value: float) -> str:
     return prefix + "0." + "0" * (-point) + digits
 
 
+_EXACT = float(2**53)
+
+
 def _escape_help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-@functools.lru_cache(maxsize=4096)  # label values repeat across families and scrapes (device names, modes)
 def escape_label_value(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    # Three substring tests cost less than a cache lookup, and a cache of a bounded size thrashed once the label
+    # values of a large host (many disks times their attributes) outgrew it.
+    if "\\" in text or '"' in text or "\n" in text:
+        return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return text
 
 
 def label_text(pairs: Iterable[tuple[str, str]]) -> str:
@@ -111,32 +130,56 @@ def merge(families: Iterable[Family]) -> dict[str, Family]:
     for fam in families:
         have = out.get(fam.name)
         if have is None:
-            out[fam.name] = Family(fam.name, fam.help, fam.type, list(fam.samples))
+            out[fam.name] = Family(fam.name, fam.help, fam.type, list(fam.samples), fam.suffixed)
         else:
             have.samples.extend(fam.samples)
+            have.suffixed = have.suffixed or fam.suffixed
     return out
 
 
 def render(families: Mapping[str, Family]) -> bytes:
     """The text exposition (format 0.0.4) of ``families``; a family with no sample is left out, as Go does."""
     lines: list[str] = []
+    append = lines.append
+    fmt = go_float
+    esc = escape_label_value
     for name in sorted(families):
         fam = families[name]
         if not fam.samples:
             continue
-        lines.append(f"# HELP {name} {_escape_help(fam.help)}")
-        lines.append(f"# TYPE {name} {fam.type}")
-        seen: set[tuple[tuple[str, str], ...]] = set()
-        for labels, value in sorted(fam.samples, key=lambda s: s[0]):
-            if labels in seen:  # the Go registry refuses a duplicate series; so do we
+        append(f"# HELP {name} {_escape_help(fam.help)}")
+        append(f"# TYPE {name} {fam.type}")
+        previous: tuple[tuple[str, str], ...] | None = None
+        # Samples copied from another family (a textfile's, joined across files) may carry SUFFIX without this
+        # family's flag: a summary or histogram is always looked at.
+        suffixed = fam.suffixed or fam.type in ("summary", "histogram")
+        # A stable sort puts a duplicate series right after its first instance, which is the one kept: the Go
+        # registry refuses a duplicate series, and so do we.
+        for labels, value in sorted(fam.samples, key=_labels_of):
+            if labels == previous:
                 continue
-            seen.add(labels)
-            suffix = next((v for k, v in labels if k == SUFFIX), "")
-            sample_name = name + suffix
-            shown = [(k, v) for k, v in labels if k != SUFFIX] if suffix else labels
+            previous = labels
+            sample_name, shown = name, labels
+            if suffixed:
+                suffix = next((v for k, v in labels if k == SUFFIX), "")
+                if suffix:
+                    sample_name = name + suffix
+                    shown = tuple((k, v) for k, v in labels if k != SUFFIX)
+            # go_float's common case inline (a count below 1e6, not -0), as it is most of the samples
+            text = (
+                str(int(value))
+                if type(value) is float
+                and value.is_integer()
+                and -1e6 < value < 1e6
+                and (value or math.copysign(1.0, value) > 0)
+                else fmt(value)
+            )
             if shown:
-                body = label_text(shown)
-                lines.append(f"{sample_name}{{{body}}} {go_float(value)}")
+                body = ",".join([f'{k}="{esc(v)}"' for k, v in shown])
+                append(f"{sample_name}{{{body}}} {text}")
             else:
-                lines.append(f"{sample_name} {go_float(value)}")
+                append(f"{sample_name} {text}")
     return ("\n".join(lines) + "\n").encode() if lines else b""
+
+
+_labels_of = operator.itemgetter(0)

@@ -8,10 +8,16 @@ Mount points and types matching the configured exclude patterns are skipped. Eac
 ``files``/``files_free`` are inode counts, ``readonly`` is 1 for an ``ro`` mount, and ``device_error`` is 1 (with no
 other series) when statfs fails.
 
-A statfs that blocks (an unreachable NFS server) must not hold the whole collector: it runs in its own thread, and
-when it has not returned within ``mount_timeout_seconds`` the mount point is marked stuck and reported with
-``device_error`` 1. A stuck mount point is not statfs'ed again (no thread pile-up on a dead server) until its
-blocked call returns; the state lives in the collector object made by ``make()``.
+A statfs that blocks (an unreachable NFS server) must not hold the whole collector: a mount of a network or FUSE
+file system (any type not in ``LOCAL_TYPES``) is statfs'ed in its own thread, and when it has not returned within
+``mount_timeout_seconds`` the mount point is marked stuck and reported with ``device_error`` 1. The mounts of local
+kernel file systems (``LOCAL_TYPES``: disks, tmpfs, overlay) answer from memory; one thread statfs's them one after
+the other, as a thread per mount cost more than the statfs calls themselves. Should one of them block (a dead
+disk), that mount is marked stuck in the same way, the batch thread is abandoned, and the local mounts it had not
+reached get a statfs each in their own thread, with a timeout of their own: one blocked mount costs only itself (and
+that cycle one more timeout at most); the next cycle's batch skips the stuck one. A stuck mount
+point is not statfs'ed again (no thread pile-up on a dead server) until its blocked call returns; the state lives
+in the collector object made by ``make()``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,12 @@ from nvdaemon.compat.node_exporter.family import Family, gauge
 from nvdaemon.compat.node_exporter.options import compile_filter
 
 _LABELS = ("device", "mountpoint", "fstype")
+# Kernel file systems whose statfs answers from memory or a local block device (no network round trip, no user
+# space daemon): batched in one thread. Every other type (nfs, cifs, ceph, fuse.*, autofs, ...) gets its own.
+LOCAL_TYPES = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "jfs", "reiserfs", "zfs", "vfat", "msdos", "exfat", "ntfs3"}
+    | {"iso9660", "udf", "squashfs", "erofs", "overlay", "tmpfs", "ramfs", "devtmpfs", "hugetlbfs", "efivarfs"}
+)
 
 
 class StatResult(Protocol):
@@ -128,6 +140,50 @@ class _Call:
         return self.result
 
 
+class _Batch:
+    """The statfs of several local mounts, one after the other in one thread; ``results[i]`` is the i-th's."""
+
+    def __init__(self, owner: FilesystemCollector, items: list[tuple[str, str]]) -> None:
+        self.owner = owner
+        self.done = threading.Event()
+        self.results: list[StatResult | None] = [None] * len(items)
+        self.current: str | None = None  # the mount point whose statfs is under way
+        self.abandoned = False  # the collector stopped waiting: a late return must not go on with the rest
+        threading.Thread(target=self._run, args=(items,), name="statfs local mounts", daemon=True).start()
+
+    def _run(self, items: list[tuple[str, str]]) -> None:
+        owner = self.owner
+        try:
+            for index, (mount_point, path) in enumerate(items):
+                with owner.lock:
+                    if self.abandoned:
+                        return
+                    self.current = mount_point
+                try:
+                    result: StatResult | None = owner.statfs(path)
+                except Exception:  # as _Call: device_error 1
+                    result = None
+                with owner.lock:
+                    self.results[index] = result
+                    self.current = None
+                    owner.stuck.discard(mount_point)  # when this one was stuck: monitored again from the next cycle
+        finally:
+            with owner.lock:
+                self.done.set()
+
+    def wait(self, deadline: float) -> list[StatResult | None]:
+        """The results so far; when the batch is not done by ``deadline``, the mount under way is marked stuck and
+        the rest of the batch is given up (``None``: device_error 1 this cycle)."""
+        if not self.done.wait(max(0.0, deadline - time.monotonic())):
+            with self.owner.lock:
+                if not self.done.is_set():
+                    self.abandoned = True
+                    if self.current is not None:
+                        self.owner.stuck.add(self.current)
+        with self.owner.lock:
+            return list(self.results)
+
+
 class FilesystemCollector:
     """The collector, with the set of mount points whose statfs is blocked (shared by every cycle)."""
 
@@ -161,21 +217,35 @@ class FilesystemCollector:
         readonly = gauge("node_filesystem_readonly", "Filesystem read-only status.")
         out += [error, size, free, avail, files, files_free, readonly]
 
-        # Mounts listed twice (a repeated bind) give one series. Every statfs starts at once and all share one
-        # deadline, so several mounts of one dead NFS server cost one timeout per cycle, not one each.
+        # Mounts listed twice (a repeated bind) give one series. The local batch and every other mount's statfs
+        # start at once and share one deadline, so several mounts of one dead NFS server cost one timeout per
+        # cycle, not one each.
         selected = [
             m
             for m in dict.fromkeys(mounts)
             if not (_excluded(points_exclude, m.mount_point) or _excluded(types_exclude, m.fs_type))
         ]
+        paths = [os.path.normpath(os.path.join(rootfs, m.mount_point.lstrip("/"))) for m in selected]
+        with self.lock:
+            stuck = set(self.stuck)
+        local = [i for i, m in enumerate(selected) if m.fs_type in LOCAL_TYPES and m.mount_point not in stuck]
+        batched = set(local)
+        batch = _Batch(self, [(selected[i].mount_point, paths[i]) for i in local]) if local else None
         calls = [
-            self.start(m.mount_point, os.path.normpath(os.path.join(rootfs, m.mount_point.lstrip("/"))))
-            for m in selected
+            None if i in batched else self.start(m.mount_point, path)
+            for i, (m, path) in enumerate(zip(selected, paths, strict=True))
         ]
         deadline = time.monotonic() + opts.mount_timeout_seconds
-        for mount, call in zip(selected, calls, strict=True):
+        results = dict(zip(local, batch.wait(deadline), strict=True)) if batch is not None else {}
+        if batch is not None and batch.abandoned:
+            # The batch stopped at a blocked mount: those it had not reached (or that failed) get their own call.
+            retry = {i: self.start(selected[i].mount_point, paths[i]) for i in local if results[i] is None}
+            late = time.monotonic() + opts.mount_timeout_seconds
+            results.update((i, call.wait(late)) for i, call in retry.items() if call is not None)
+        results.update((i, call.wait(deadline)) for i, call in enumerate(calls) if call is not None)
+        for i, mount in enumerate(selected):
             labels = dict(zip(_LABELS, (mount.device, mount.mount_point, mount.fs_type), strict=True))
-            st = call.wait(deadline) if call is not None else None
+            st = results.get(i)  # None: failed, timed out, or stuck since an earlier cycle
             error.add(0.0 if st is not None else 1.0, labels)
             if st is None:
                 continue

@@ -38,6 +38,8 @@ def trim_space(text: str) -> str:
 
 def fields(line: str) -> list[str]:
     """``strings.Fields``."""
+    if line.isascii() and line.isprintable():  # the common case: the only Go space in printable ASCII is " "
+        return [f for f in line.split(" ") if f]
     return [f for f in _FIELD_SPLIT.split(line) if f]
 
 
@@ -84,6 +86,10 @@ def _underscores_ok(body: str, prefixed: bool, hexadecimal: bool) -> bool:
 def parse_float(text: str) -> float:
     """``strconv.ParseFloat(text, 64)``: Go's float literal syntax (decimal, ``0x`` hex with a ``p`` exponent,
     ``_`` between digits), inf/infinity with a sign, unsigned nan; an overflow to infinity is an error."""
+    # The common case, an optionally negative run of decimal digits (a sensor reading): float() agrees with Go;
+    # 300 digits stay below the largest float.
+    if text.isascii() and len(text) < 300 and (text[1:] if text[:1] == "-" else text).isdigit():
+        return float(text)
     if _INF.fullmatch(text):
         return -math.inf if text.startswith("-") else math.inf
     if text.lower() == "nan":  # Go takes no sign on NaN
@@ -117,6 +123,16 @@ def parse_float_or_none(text: str) -> float | None:
 
 
 def _parse_integer(text: str, base: int, bits: int, signed: bool) -> int:
+    # The common case, plain decimal digits that fit any 64-bit range (at most 18 of them): int() alone agrees
+    # with Go. Base 0 reads a leading 0 as octal, so only a digit string without one takes this path there.
+    if (
+        bits == 64
+        and text.isdigit()
+        and text.isascii()
+        and len(text) <= 18
+        and (base == 10 or (base == 0 and (text[0] != "0" or text == "0")))
+    ):
+        return int(text)
     name = "ParseInt" if signed else "ParseUint"
     sign, body = (text[0], text[1:]) if signed and text[:1] in ("+", "-") else ("", text)
     base0, prefixed = base == 0, False

@@ -15,9 +15,12 @@ The registry's help check (``Families``) is shared with rapl and powersupplyclas
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 import re
-from pathlib import Path
+import stat
+from collections.abc import Callable
 
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
@@ -54,6 +57,7 @@ def clean_name(name: str) -> str:
     return _INVALID.sub("_", name.lower()).strip("_")
 
 
+@functools.lru_cache(maxsize=2048)  # a host's sensor file names repeat every cycle; a miss only costs the regex
 def explode_filename(filename: str) -> tuple[str, int, str] | None:
     """``temp1_crit_alarm`` -> ("temp", 1, "crit_alarm"); ``None`` when the name is no sensor file."""
     m = _FILENAME.fullmatch(filename)
@@ -65,23 +69,23 @@ def explode_filename(filename: str) -> tuple[str, int, str] | None:
     return m.group("type"), int(num), m.group("property") or ""
 
 
-def collect_sensor_data(ctx: NodeContext, directory: Path, data: SensorData) -> None:
+def collect_sensor_data(ctx: NodeContext, directory: str, data: SensorData) -> None:
     for filename in sorted(os.listdir(directory), key=os.fsencode):  # an unreadable directory fails the chip
         parts = explode_filename(filename)
         if parts is None or parts[0] not in SENSOR_TYPES:
             continue
         kind, num, prop = parts
         try:
-            text = sys_read_file(ctx, directory / filename)
+            text = sys_read_file(ctx, f"{directory}/{filename}")  # a string: the cache's key, no Path per file
         except (OSError, NotPresent):
             continue  # sick hardware (EIO, EAGAIN) or a directory such as power/: only this file is lost
         data.setdefault(f"{kind}{num}", {})[prop] = text.strip("\n")
 
 
-def chip_label(ctx: NodeContext, directory: Path) -> str:
+def chip_label(ctx: NodeContext, directory: str) -> str:
     """node_exporter's hwmonName: "<parent dir>_<device dir>" of the resolved device, else name, else hwmonN."""
     try:
-        device = os.path.realpath(directory / "device", strict=True)
+        device = os.path.realpath(f"{directory}/device", strict=True)
     except OSError:
         device = ""
     if device:
@@ -92,7 +96,7 @@ def chip_label(ctx: NodeContext, directory: Path) -> str:
         if dev_name:
             return dev_name
     try:
-        name = clean_name(ctx.read(directory / "name"))
+        name = clean_name(ctx.read(f"{directory}/name"))
     except (OSError, NotPresent):
         name = ""
     if name:
@@ -103,6 +107,7 @@ def chip_label(ctx: NodeContext, directory: Path) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=1024)  # a pure function of a few hundred (type, property) pairs at most
 def _unit(kind: str, element: str, name: str) -> tuple[str, str, FamilyType, float, bool] | None:
     """(family name, HELP, type, factor, divide) of one property, or ``None`` for the raw fallback."""
     if element in ("fault", "alarm"):
@@ -170,7 +175,7 @@ def emit_sensor(fams: Families, chip: str, sensor: str, values: dict[str, str]) 
         fams.add(family, help, ftype, value / factor if divide else value * factor, labels)
 
 
-def update_chip(ctx: NodeContext, directory: Path, fams: Families) -> None:
+def update_chip(ctx: NodeContext, directory: str, fams: Families) -> None:
     """One chip; an exception means node_exporter's updateHwmon failed (nothing of this chip is exported)."""
     chip = chip_label(ctx, directory)
     include, exclude = compile_filter(ctx.options.hwmon.chip_include), compile_filter(ctx.options.hwmon.chip_exclude)
@@ -178,10 +183,10 @@ def update_chip(ctx: NodeContext, directory: Path, fams: Families) -> None:
         return  # node_exporter >= 1.7's --collector.hwmon.chip-include/-exclude (1.5.0 has no such flags)
     data: SensorData = {}
     collect_sensor_data(ctx, directory, data)
-    if os.path.exists(directory / "device"):
-        collect_sensor_data(ctx, directory / "device", data)
+    if os.path.exists(f"{directory}/device"):
+        collect_sensor_data(ctx, f"{directory}/device", data)
     try:
-        chip_name = clean_name(ctx.read(directory / "name"))
+        chip_name = clean_name(ctx.read(f"{directory}/name"))
     except (OSError, NotPresent):
         chip_name = ""
     if chip_name:
@@ -189,6 +194,20 @@ def update_chip(ctx: NodeContext, directory: Path, fams: Families) -> None:
         fams.add("node_hwmon_chip_names", help, "gauge", 1.0, {"chip": chip, "chip_name": chip_name})
     for sensor, values in data.items():
         emit_sensor(fams, chip, sensor, values)
+
+
+# The errors pathlib's is_dir/is_symlink answer False for; any other (EACCES, EIO) fails the collector.
+_ABSENT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+
+
+def _is_kind(stat_fn: Callable[[str], os.stat_result], path: str, test: Callable[[int], bool]) -> bool:
+    """pathlib's ``is_symlink``/``is_dir`` on a string path (no Path object built per entry)."""
+    try:
+        return test(stat_fn(path).st_mode)
+    except OSError as exc:
+        if exc.errno in _ABSENT_ERRNOS:
+            return False
+        raise
 
 
 def collect(ctx: NodeContext, out: list[Family]) -> None:
@@ -203,15 +222,15 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
     # later one resolves. Fixed upstream in 1.7; reproduced here.
     error: Exception | None = None
     for entry in entries:
-        path = base / entry
-        if path.is_symlink():
+        path = f"{base}/{entry}"
+        if _is_kind(os.lstat, path, stat.S_ISLNK):
             try:
-                path.stat()
+                os.stat(path)
                 error = None
             except OSError as exc:
                 error = exc
                 continue
-        if not path.is_dir():
+        if not _is_kind(os.stat, path, stat.S_ISDIR):
             continue
         try:
             update_chip(ctx, path, fams)

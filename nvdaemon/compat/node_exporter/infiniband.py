@@ -161,7 +161,7 @@ def read_counters(ctx: NodeContext, directory: Path, names: dict[str, str], opti
     for entry in entries:
         if not entry.is_file(follow_symlinks=False):
             continue
-        value = read_sysfs_attr(ctx, directory / entry.name)
+        value = read_sysfs_attr(ctx, entry.path)  # the entry's own path string: no Path built per counter
         metric = names.get(entry.name)
         if value is None or metric is None:
             continue

@@ -17,9 +17,8 @@ from __future__ import annotations
 import errno
 import os
 import re
-from pathlib import Path
 
-from nvdaemon.collectors.base import NotPresent
+from nvdaemon.collectors.base import HostPath, NotPresent
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
 from nvdaemon.compat.node_exporter.goparse import parse_int, wrap_int64
@@ -51,7 +50,7 @@ _NUMERIC: dict[str, tuple[str, FamilyType]] = {
 _STRINGS = ("address", "broadcast", "duplex", "operstate", "ifalias")
 
 
-def read_sysfs_attr(ctx: NodeContext, path: Path) -> str | None:
+def read_sysfs_attr(ctx: NodeContext, path: HostPath) -> str | None:
     """An attribute's trimmed value, or None where procfs skips it (missing, no permission, EINVAL, EOPNOTSUPP)."""
     try:
         return sys_read_attr(ctx, path)
@@ -80,17 +79,19 @@ def speed_bytes(mbits: int) -> int:
 
 def read_device(ctx: NodeContext, name: str) -> tuple[dict[str, str], dict[str, int]]:
     """One device's string attributes and parsed numeric attributes (only those that were readable)."""
-    directory = ctx.sys("class", "net", name)
+    directory = os.path.join(ctx.sys("class", "net"), name)
     strings: dict[str, str] = {}
     numbers: dict[str, int] = {}
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except FileNotFoundError as exc:
-        raise NoData(str(directory)) from exc
+        raise NoData(directory) from exc
     for entry in entries:
         if not entry.is_file(follow_symlinks=False):
             continue  # device/subsystem links, queues/, statistics/, power/
-        value = read_sysfs_attr(ctx, directory / entry.name)
+        # Every regular file is read, the ones not exported too: node_exporter fails the collector when one of
+        # them fails with an error it does not skip. The entry's own path string: no Path built per file.
+        value = read_sysfs_attr(ctx, entry.path)
         if value is None:
             continue
         if entry.name in _STRINGS:

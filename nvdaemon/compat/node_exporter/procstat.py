@@ -147,8 +147,25 @@ _UINT_KEYS = {
 }
 
 
+def _plain_numbers(line: str) -> list[str] | None:
+    """The fields of a line of printable ASCII with single spaces whose fields after the first are decimal digits
+    of at most 19 (below 2**64): what the kernel writes, and where ``sscanf``'s %f and %d agree with a split and
+    int() (the float of such digits is exact enough: Go's ParseFloat rounds the same way)."""
+    if not (line.isascii() and line.isprintable()):
+        return None
+    parts = line.split(" ")
+    numbers = "".join(parts[1:])
+    if not parts[0] or not numbers.isdigit() or max(map(len, parts[1:])) > 19 or not all(parts):
+        return None
+    return parts
+
+
 def _cpu_line(stat: Stat, line: str) -> None:
-    values = sscanf(line, _CPU_FORMAT, partial=True)  # fewer values is fine: older kernels print fewer
+    plain = _plain_numbers(line)
+    if plain is not None:  # the same values sscanf gives, without scanning the line character by character
+        values: list[str | float | int] = [plain[0], *map(float, plain[1 : len(CPU_FIELDS) + 1])]
+    else:
+        values = sscanf(line, _CPU_FORMAT, partial=True)  # fewer values is fine: older kernels print fewer
     name = str(values[0])
     times = tuple(float(v) / USER_HZ for v in values[1:]) + (0.0,) * (len(CPU_FIELDS) + 1 - len(values))
     index = -1 if name == "cpu" else parse_int(name[3:])
@@ -174,10 +191,15 @@ def parse_stat(text: str, path: str = "/proc/stat") -> Stat:
                 setattr(stat, _UINT_KEYS[key], parse_uint(parts[1]))
             elif key == "intr":
                 stat.intr = parse_uint(parts[1])
-                for count in parts[2:]:  # the per-IRQ counts are not served, but must parse
-                    parse_uint(count)
+                counts = parts[2:]  # the per-IRQ counts are not served, but must parse
+                joined = "".join(counts)  # one check of them all: at most 19 digits always fit a uint64
+                if counts and not (joined.isascii() and joined.isdigit() and max(map(len, counts)) <= 19):
+                    for count in counts:
+                        parse_uint(count)
             elif key == "softirq":
-                sscanf(line, _SOFTIRQ_FORMAT)  # ten vectors are required
+                plain = _plain_numbers(line)
+                if plain is None or len(plain) < 12:
+                    sscanf(line, _SOFTIRQ_FORMAT)  # ten vectors are required
             elif key.startswith("cpu"):
                 _cpu_line(stat, line)
         except ValueError as exc:

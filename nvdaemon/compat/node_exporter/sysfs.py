@@ -9,28 +9,28 @@ them), ``sys_read_attr`` trims them as ``SysReadFile`` does. ``read_int_file`` i
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from nvdaemon.collectors.base import ParseError
+from nvdaemon.collectors.base import HostPath, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.goparse import parse_int, parse_uint, trim_space
 
 SYSFS_READ_MAX = 128  # the buffer of procfs's (and node_exporter's hwmon) single read()
 
 
-def sys_read_file(ctx: NodeContext, path: Path) -> str:
+def sys_read_file(ctx: NodeContext, path: HostPath) -> str:
     """The first 128 bytes of a sysfs attribute, whitespace not trimmed."""
     text = ctx.read(path)
+    if len(text) <= SYSFS_READ_MAX // 4:  # at most 4 bytes a character: within the buffer without encoding it
+        return text
     raw = text.encode()
     return raw[:SYSFS_READ_MAX].decode(errors="replace") if len(raw) > SYSFS_READ_MAX else text
 
 
-def sys_read_attr(ctx: NodeContext, path: Path) -> str:
+def sys_read_attr(ctx: NodeContext, path: HostPath) -> str:
     """procfs's ``SysReadFile``: the first 128 bytes of a sysfs attribute, ``TrimSpace``'d."""
     return trim_space(sys_read_file(ctx, path))
 
 
-def read_int_file(ctx: NodeContext, path: Path, signed: bool = False) -> int:
+def read_int_file(ctx: NodeContext, path: HostPath, signed: bool = False) -> int:
     """procfs's ReadUintFromFile / ReadIntFromFile: the whole file, TrimSpace, base 10; ParseError names the file."""
     text = trim_space(ctx.read(path))
     try:
