@@ -53,7 +53,7 @@ class NvsentinelHealthSink(BusSubscriber, ObservableDefaults):
             boot_id_path=Path(self.proc_root) / BOOT_ID,
         )
         self._seen_version = 0
-        self._keyed: tuple[Sequence[Rule], dict[str, Rule]] | None = None
+        self._keyed: tuple[Sequence[Rule], dict[str, Rule], list[CheckSpec]] | None = None
 
     def fingerprint(self) -> Hashable:
         return (
@@ -66,11 +66,13 @@ class NvsentinelHealthSink(BusSubscriber, ObservableDefaults):
             self.xid_enabled,
         )
 
-    def _keyed_rules(self, rules: Sequence[Rule]) -> dict[str, Rule]:
-        """The rules by the key their conditions carry, computed again only when the rules in force change."""
+    def _by_rules(self, rules: Sequence[Rule]) -> tuple[dict[str, Rule], list[CheckSpec]]:
+        """The rules by the key their conditions carry, and the checks they make (with the XID and lost-GPU
+        checks): computed again only when the rules in force change (a reload), not on every reconcile."""
         if self._keyed is None or self._keyed[0] is not rules:
-            self._keyed = (rules, {rule_key(r): r for r in rules})
-        return self._keyed[1]
+            checks = self.reconciler.checks(rules, self.xid_enabled, self.gpu_enabled)
+            self._keyed = (rules, {rule_key(r): r for r in rules}, checks)
+        return self._keyed[1], self._keyed[2]
 
     def _inputs(self) -> tuple[dict[Key, Health], list[CheckSpec]]:
         rules = self._rules()
@@ -81,8 +83,8 @@ class NvsentinelHealthSink(BusSubscriber, ObservableDefaults):
             rec.note_event(ev)
         # A GPU lost before a restart of the agent clears once it answers in this one.
         rec.gpus_answering(self._gpus_answering())
-        desired = rec.desired(self._active(), self._keyed_rules(rules))
-        return desired, rec.checks(rules, self.xid_enabled, self.gpu_enabled)
+        keyed, checks = self._by_rules(rules)
+        return rec.desired(self._active(), keyed), checks
 
     async def tick(self) -> None:
         desired, checks = self._inputs()

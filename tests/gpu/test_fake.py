@@ -212,6 +212,27 @@ async def test_a_gpu_without_xid_support_is_logged_not_fatal(caplog: pytest.LogC
     assert "waiting for XID events on 1 GPU(s)" in caplog.text
 
 
+async def test_empty_xid_waits_stay_in_their_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quiet node: the waits follow one another in one worker thread, not one event-loop trip per wait; a
+    cancellation still ends the source within one wait and the event set is freed after it."""
+    fake = FakeNvml(HEALTHY)
+    rt = runtime(fake, wait_ms=20)
+    jobs: list[str] = []
+    real_run_sync = trio.to_thread.run_sync
+
+    async def counting(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        jobs.append(getattr(fn, "__name__", repr(fn)))
+        return await real_run_sync(fn, *args, **kwargs)
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counting)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run_xid_source, rt)
+        await wait_until(lambda: fake.calls.count("xid_wait_returned") >= 5)
+        nursery.cancel_scope.cancel()
+    assert [j for j in jobs if j not in ("xid_open", "xid_close")] == ["wait_for_xids"]
+    assert fake.calls[-3:] == ["xid_wait", "xid_wait_returned", "xid_close"]
+
+
 async def test_clean_shutdown_with_a_wait_in_flight(tmp_path: Path) -> None:
     agent = make_agent(tmp_path, extra="shutdownGraceSeconds: 5\n")
     fakes: list[FakeNvml] = []

@@ -3,8 +3,10 @@ not retried (connection reset, broken pipe)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -15,6 +17,7 @@ from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.sinks.grpc_unary import RpcError
 from nvdaemon.sinks.nvsentinel import NvsentinelHealthSink, classify
+from nvdaemon.sinks.nvsentinel_map import CheckSpec
 from nvdaemon.supervise import Supervisor
 from tests.nvsentinel.conftest import MakeReconciler
 from tests.nvsentinel.connector import FakeConnector
@@ -110,3 +113,36 @@ async def test_connection_reset_then_ok_is_retried(make_reconciler: MakeReconcil
     await sync(rec, [active(HOT, 97.0)])
     assert len(sent) == 3 and rec.success == 1
     assert rec.errors == {"CONNECTION_RESET": 1, "BROKEN_PIPE": 1}
+
+
+async def test_checks_are_derived_again_only_when_the_rules_change(
+    tmp_path: Path, make_reconciler: MakeReconciler
+) -> None:
+    """Every reconcile needs the checks of the rules in force; they are derived once per set of rules (a reload
+    brings a new one), not on every tick, and a new set of rules brings its checks."""
+    text = (
+        f"node: n1\ntiers: [core, gpu]\nstateDir: {tmp_path / 'state'}\n"
+        "rules:\n  - {condition: load_high, metric: load_avg_1m, op: '>', threshold: 9, severity: warning}\n"
+    )
+    agent = Agent(parse_config(text, "t.yaml", env={}))
+    rules = [agent.loaded.config.rules]
+    rec = make_reconciler(healthy_baseline=False)
+    derived: list[list[str]] = []
+    real_checks = rec.checks
+
+    def counting(*args: Any, **kwargs: Any) -> list[CheckSpec]:
+        out = real_checks(*args, **kwargs)
+        derived.append(sorted(c.check_name for c in out))
+        return out
+
+    rec.checks = counting  # type: ignore[method-assign]
+    sink = NvsentinelHealthSink(dataclasses.replace(agent.sink_context(), rules=lambda: rules[0]), reconciler=rec)
+    await trio.to_thread.run_sync(rec.load)
+    for _ in range(3):
+        await sink.tick()
+    assert derived == [["NvdaemonGpuFallenOff", "NvdaemonGpuXidError", "NvdaemonLoadHigh"]]
+    reloaded = parse_config(text.replace("load_high", "load_very_high"), "t.yaml", env={})
+    rules[0] = reloaded.config.rules
+    await sink.tick()
+    await sink.tick()
+    assert derived[1:] == [["NvdaemonGpuFallenOff", "NvdaemonGpuXidError", "NvdaemonLoadVeryHigh"]]
