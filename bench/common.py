@@ -97,6 +97,16 @@ def copy_host(name: str, into: Path) -> Path:
     return host
 
 
+def gpunode_with_disks(tmp: Path) -> Path:
+    """A copy of gpunode (its /proc, /sys, and the boot id the NVSentinel sink reads) with the fixture disks under
+    dev/ (the smart tier's devRoot): the host the steady and RSS benchmarks run every tier on."""
+    root = copy_host("gpunode", tmp)
+    (root / "dev").mkdir(exist_ok=True)
+    for node in (FIXTURES / "hosts" / "disks" / "dev").iterdir():
+        shutil.copy(node, root / "dev" / node.name, follow_symlinks=False)
+    return root
+
+
 def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from bench.common import FIXTURES, ROOT, SECRET, AgentProcess, copy_host, free_port, peak_rss_kib
+from bench.common import FIXTURES, ROOT, SECRET, AgentProcess, free_port, gpunode_with_disks, peak_rss_kib
 from bench.table import Row, Target
 
 TICK = 1.0  # seconds between ticks (the chart's 15 s, shortened: see the docstring)
@@ -83,15 +82,6 @@ def shape_config(tiers: list[str], state: Path, webhook_url: str, nvsentinel: di
     return config
 
 
-def host(tmp: Path) -> Path:
-    """gpunode (its /proc, /sys) with the fixture disks under dev/ (the smart tier's devRoot)."""
-    root = copy_host("gpunode", tmp)
-    (root / "dev").mkdir(exist_ok=True)
-    for node in (FIXTURES / "hosts" / "disks" / "dev").iterdir():
-        shutil.copy(node, root / "dev" / node.name, follow_symlinks=False)
-    return root
-
-
 def exercise(agent: AgentProcess, root: Path) -> None:
     """TICKS ticks, one scrape of /metrics and /v1/status per tick; the load rises over load_high after two."""
     conn = http.client.HTTPConnection("127.0.0.1", agent.port, timeout=10)
@@ -115,7 +105,7 @@ def measure(tiers: list[str], with_nvsentinel: bool = False) -> tuple[float, int
 
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nvdaemon-rss-")))
-        root = host(tmp)
+        root = gpunode_with_disks(tmp)
         rx = stack.enter_context(Receiver(SECRET))
         nvsentinel = None
         if with_nvsentinel:
@@ -147,7 +137,7 @@ def measure_spooled() -> tuple[float, dict[str, Any]]:
     down = f"http://127.0.0.1:{free_port()}/hook"
     with tempfile.TemporaryDirectory(prefix="nvdaemon-rss-") as name:
         tmp = Path(name)
-        root = host(tmp)
+        root = gpunode_with_disks(tmp)
         spool = fill_spool(tmp / "state", down)
         agent_config = shape_config(["core"], tmp / "state", down, None)
         with AgentProcess(agent_config, root) as agent:

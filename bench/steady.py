@@ -38,7 +38,6 @@ import contextlib
 import http.client
 import os
 import re
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +46,16 @@ from typing import Any
 import yaml
 
 from bench import scrape as scrape_bench
-from bench.common import FIXTURES, ROOT, SECRET, AgentProcess, EventClient, copy_host, cpu_seconds, peak_rss_kib
+from bench.common import (
+    FIXTURES,
+    ROOT,
+    SECRET,
+    AgentProcess,
+    EventClient,
+    cpu_seconds,
+    gpunode_with_disks,
+    peak_rss_kib,
+)
 from bench.scrape import collectors, reference
 from bench.table import Row, Target
 from tests.nvsentinel.connector import FakeConnector
@@ -69,15 +77,6 @@ def seconds() -> float:
     """The measured window: BENCH_STEADY_SECONDS rounded to whole intervals, at least one."""
     asked = float(os.environ.get("BENCH_STEADY_SECONDS", str(DEFAULT_SECONDS)))
     return max(1, round(asked / INTERVAL)) * INTERVAL
-
-
-def host(tmp: Path) -> Path:
-    """gpunode with the fixture disks under dev/ and a boot id (the NVSentinel sink reads it)."""
-    root = copy_host("gpunode", tmp)
-    (root / "dev").mkdir(exist_ok=True)
-    for node in (FIXTURES / "hosts" / "disks" / "dev").iterdir():
-        shutil.copy(node, root / "dev" / node.name, follow_symlinks=False)
-    return root
 
 
 def rules() -> list[dict[str, Any]]:
@@ -137,7 +136,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
     names = collectors()
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="nvdaemon-steady-")))
-        root = host(tmp)
+        root = gpunode_with_disks(tmp)
         token = tmp / "token"
         token.write_text(TOKEN)
         socket = tmp / "pc.sock"
