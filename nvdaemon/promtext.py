@@ -1,8 +1,9 @@
 """The Prometheus text exposition format (version 0.0.4), parsed as node_exporter's parser (Go expfmt's TextParser)
 reads it: the same input accepted, the same families out, ``PromTextError`` (a ``ValueError``) where expfmt errs.
 
-A parser of a wire format, not a collector: it reads the bytes it is given (no files) and imports nothing of the
-agent, so any layer may use it. The textfile collector (``compat/node_exporter/textfile.py``) is its first user.
+A parser of a wire format, not a collector: it reads the bytes it is given (no files) and imports only Go's parsing
+rules (``nvdaemon/goparse.py``), so any layer may use it. The textfile collector
+(``compat/node_exporter/textfile.py``) is its first user.
 
 Values: expfmt refuses ``p``, ``P`` and ``_`` in a number before it calls Go's ``strconv.ParseFloat``, so what is
 left of Go's float syntax is decimal (with an exponent), ``inf``/``infinity`` with a sign and an unsigned ``nan`` in
@@ -16,14 +17,13 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from nvdaemon.goparse import ParseError, parse_float
+
 TYPES = ("counter", "gauge", "untyped", "summary", "histogram")
 _METRIC_NAME = re.compile(rb"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(rb"[a-zA-Z_][a-zA-Z0-9_]*")
 _BLANKS = b" \t"
 _TIMESTAMP = re.compile(r"[+-]?[0-9]+", re.ASCII)
-# strconv.ParseFloat's decimal syntax, and its special words: "inf"/"infinity" with an optional sign (any case).
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-_INF = re.compile(r"[+-]?(?:inf|infinity)", re.ASCII | re.IGNORECASE)
 
 
 @dataclass
@@ -53,16 +53,10 @@ def _float(token: str) -> float:
     """expfmt's value parsing: ``strconv.ParseFloat`` once ``p``, ``P`` and ``_`` are refused (module docstring)."""
     if any(c in token for c in "pP_"):  # expfmt refuses these before asking strconv.ParseFloat
         raise ValueError("unsupported character in float")
-    if _INF.fullmatch(token):
-        return -math.inf if token.startswith("-") else math.inf
-    if token.lower() == "nan":  # Go takes no sign on NaN
-        return math.nan
-    if not _DECIMAL.fullmatch(token):
-        raise PromTextError(f"strconv.ParseFloat: parsing {token[:40]!r}: invalid syntax")
-    value = float(token)
-    if math.isinf(value):  # Go answers ErrRange where Python rounds to infinity
-        raise PromTextError(f"strconv.ParseFloat: parsing {token[:40]!r}: value out of range")
-    return value
+    try:
+        return parse_float(token)
+    except ParseError as exc:
+        raise PromTextError(str(exc)) from None
 
 
 class _Parser:

@@ -1,5 +1,6 @@
 """The Prometheus text-format parser on its own (nvdaemon/promtext.py): families out, expfmt's refusals, values as
-expfmt reads them (Go's ParseFloat once p, P and _ are refused), and no agent module pulled in by importing it."""
+expfmt reads them (Go's ParseFloat once p, P and _ are refused), and no agent module but Go's parsing rules pulled in
+by importing it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nvdaemon.collectors.base import ParseError
-from nvdaemon.compat.node_exporter.goparse import parse_float
+from nvdaemon.goparse import parse_float
 from nvdaemon.promtext import PromTextError, _float, parse_text
 
 TEXT = b"""# HELP up Whether it is up.
@@ -81,4 +82,4 @@ def test_values_read_as_go_parse_float_after_expfmts_refusals(token: str) -> Non
 def test_importing_the_parser_loads_no_agent_module() -> None:
     code = "import sys, nvdaemon.promtext; print(' '.join(sorted(m for m in sys.modules if m.startswith('nvdaemon'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["nvdaemon", "nvdaemon.promtext"]
+    assert out == ["nvdaemon", "nvdaemon.goparse", "nvdaemon.promtext"]  # Go's parsing rules, nothing else

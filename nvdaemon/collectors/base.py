@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from nvdaemon.goparse import ParseError as ParseError  # noqa: PLC0414 (re-exported: collectors raise it too)
 from nvdaemon.model import Sample
 
 if TYPE_CHECKING:
@@ -78,10 +79,6 @@ class NotRegularFile(OSError):
 
     def __init__(self, path: HostPath, kind: str) -> None:
         super().__init__(errno.EINVAL, f"not a regular file ({kind}), not read", str(path))
-
-
-class ParseError(ValueError):
-    """A file had content the parser could not understand; the message names the file and what was wrong."""
 
 
 @dataclass

@@ -15,7 +15,7 @@ import time
 
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.goparse import glob
+from nvdaemon.goparse import glob
 
 AVAILABLE_HELP = "Available clocksources read from '/sys/devices/system/clocksource'."
 CURRENT_HELP = "Current clocksource read from '/sys/devices/system/clocksource'."

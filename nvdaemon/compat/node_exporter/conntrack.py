@@ -12,8 +12,8 @@ from __future__ import annotations
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.goparse import parse_uint, scan_lines
 from nvdaemon.compat.node_exporter.sysfs import read_int_file
+from nvdaemon.goparse import parse_uint, scan_lines
 
 STAT_COLUMNS = 17
 # Summed stat columns: (column index, family suffix, HELP).

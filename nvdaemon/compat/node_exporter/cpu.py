@@ -20,9 +20,9 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.goparse import glob, parse_int
 from nvdaemon.compat.node_exporter.procstat import CPU_FIELDS, read_stat
 from nvdaemon.compat.node_exporter.sysfs import read_int_file
+from nvdaemon.goparse import glob, parse_int
 
 JUMP_BACK_SECONDS = 3.0  # an idle step back this large is a CPU that went away and came back
 IDLE = CPU_FIELDS.index("idle")

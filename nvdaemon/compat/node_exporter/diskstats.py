@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, counter, gauge
-from nvdaemon.compat.node_exporter.goparse import parse_float_or_none, parse_uint
 from nvdaemon.compat.node_exporter.options import compile_filter, filtered_out
+from nvdaemon.goparse import parse_float_or_none, parse_uint
 
 SECTOR = 512.0
 _MS = 1.0 / 1000.0  # node_exporter multiplies ticks by 0.001 (not / 1000): same float results

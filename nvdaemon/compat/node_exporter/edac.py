@@ -18,8 +18,8 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, counter
-from nvdaemon.compat.node_exporter.goparse import glob
 from nvdaemon.compat.node_exporter.sysfs import read_int_file
+from nvdaemon.goparse import glob
 
 _CONTROLLER = re.compile(r"mc[0-9].*", re.DOTALL)
 _CSROW = re.compile(r"csrow[0-9].*", re.DOTALL)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.goparse import parse_float
+from nvdaemon.goparse import parse_float
 
 
 def split_file_nr(text: str) -> dict[str, str]:

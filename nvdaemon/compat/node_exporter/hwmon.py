@@ -25,9 +25,9 @@ from collections.abc import Callable
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
-from nvdaemon.compat.node_exporter.goparse import parse_float_or_none
 from nvdaemon.compat.node_exporter.options import compile_filter, filtered_out
 from nvdaemon.compat.node_exporter.sysfs import sys_read_file
+from nvdaemon.goparse import parse_float_or_none
 
 
 class Families:

@@ -21,9 +21,9 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
-from nvdaemon.compat.node_exporter.goparse import parse_float, parse_uint
 from nvdaemon.compat.node_exporter.netclass import read_sysfs_attr
 from nvdaemon.compat.node_exporter.sysfs import sys_read_attr
+from nvdaemon.goparse import parse_float, parse_uint
 
 _U64 = (1 << 64) - 1
 # counters/<file> -> metric (without node_infiniband_); the data counters are per lane (x4).

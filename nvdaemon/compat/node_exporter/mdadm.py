@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.goparse import parse_float_or_none, parse_int, trim_space
+from nvdaemon.goparse import parse_float_or_none, parse_int, trim_space
 
 # The member-status line: "<blocks> blocks ... [<total>/<active>] [UU_]".
 _STATUS = re.compile(r"(\d+) blocks .*\[(\d+)/(\d+)\] \[([U_]+)\]", re.ASCII)

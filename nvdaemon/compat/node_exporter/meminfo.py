@@ -13,7 +13,7 @@ import re
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
-from nvdaemon.compat.node_exporter.goparse import parse_float
+from nvdaemon.goparse import parse_float
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*", re.ASCII)
 _PARENS = re.compile(r"\((.*)\)")  # greedy, as node_exporter's: "Active(anon)" -> "Active_anon"

@@ -21,8 +21,8 @@ import re
 from nvdaemon.collectors.base import HostPath, NotPresent
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
-from nvdaemon.compat.node_exporter.goparse import parse_int, wrap_int64
 from nvdaemon.compat.node_exporter.sysfs import sys_read_attr
+from nvdaemon.goparse import parse_int, wrap_int64
 
 IGNORED_DEVICES = re.compile("^$")  # --collector.netclass.ignored-devices default
 # Read errors procfs treats as "attribute not available" rather than a failure.

@@ -11,8 +11,8 @@ from __future__ import annotations
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.goparse import parse_uint, scan_lines
 from nvdaemon.compat.node_exporter.options import compile_filter, filtered_out
+from nvdaemon.goparse import parse_uint, scan_lines
 
 # The 16 columns of /proc/net/dev under the names node_exporter gives them after its legacy() renaming.
 KEYS = (

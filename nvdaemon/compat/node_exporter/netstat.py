@@ -19,7 +19,7 @@ import re
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, untyped
-from nvdaemon.compat.node_exporter.goparse import parse_float, scan_lines
+from nvdaemon.goparse import parse_float, scan_lines
 
 FIELDS = re.compile(
     r"^(.*_(InErrors|InErrs)|Ip_Forwarding|Ip(6|Ext)_(InOctets|OutOctets)|Icmp6?_(InMsgs|OutMsgs)"

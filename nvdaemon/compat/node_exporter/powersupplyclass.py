@@ -24,9 +24,9 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.goparse import parse_int
 from nvdaemon.compat.node_exporter.hwmon import Families
 from nvdaemon.compat.node_exporter.sysfs import sys_read_attr
+from nvdaemon.goparse import parse_int
 
 # file -> (metric suffix, divisor). Files parsed by procfs but not exported have no suffix.
 INTEGERS: dict[str, tuple[str | None, float]] = {

@@ -19,8 +19,8 @@ from nvdaemon.collectors.base import ParseError
 from nvdaemon.collectors.pressure import PsiLine  # the same four values the hardware surface parses
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, counter
-from nvdaemon.compat.node_exporter.goparse import MAX_LINE
 from nvdaemon.compat.node_exporter.procstat import sscanf
+from nvdaemon.goparse import MAX_LINE
 
 RESOURCES = ("cpu", "io", "memory")
 _LINE_FORMAT = "avg10=%f avg60=%f avg300=%f total=%d"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from nvdaemon.collectors.base import ParseError, read_parsed
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, counter, gauge
-from nvdaemon.compat.node_exporter.goparse import GO_SPACE, fields, parse_float, parse_int, parse_uint, scan_lines
+from nvdaemon.goparse import GO_SPACE, fields, parse_float, parse_int, parse_uint, scan_lines
 
 USER_HZ = 100.0  # procfs divides /proc/stat ticks by a fixed 100, whatever CONFIG_HZ is
 MAX_CPUS = 1 << 16  # a cpuN index above this is garbage; Go would try to allocate the slice

@@ -24,9 +24,9 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.goparse import parse_int, trim_space
 from nvdaemon.compat.node_exporter.hwmon import Families
 from nvdaemon.compat.node_exporter.sysfs import read_int_file
+from nvdaemon.goparse import parse_int, trim_space
 
 _SANITIZE = re.compile(r"_*[^0-9A-Za-z_]+_*")
 

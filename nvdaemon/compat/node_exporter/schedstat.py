@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.goparse import MAX_LINE
+from nvdaemon.goparse import MAX_LINE
 
 # Unanchored, single spaces: the first nine numbers after "cpuN" anywhere in the line.
 _CPU_LINE = re.compile(r"cpu(\d+)" + r" (\d+)" * 9, re.ASCII)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.goparse import parse_int, scan_lines, wrap_int64
+from nvdaemon.goparse import parse_int, scan_lines, wrap_int64
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 _KEYS = ("inuse", "orphan", "tw", "alloc", "mem", "memory")  # export order; only these keys are exported

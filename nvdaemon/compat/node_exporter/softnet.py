@@ -11,7 +11,7 @@ from __future__ import annotations
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.goparse import parse_uint, scan_lines
+from nvdaemon.goparse import parse_uint, scan_lines
 
 MIN_COLUMNS = 9
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from nvdaemon.collectors.base import HostPath, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
-from nvdaemon.compat.node_exporter.goparse import parse_int, parse_uint, trim_space
+from nvdaemon.goparse import parse_int, parse_uint, trim_space
 
 SYSFS_READ_MAX = 128  # the buffer of procfs's (and node_exporter's hwmon) single read()
 

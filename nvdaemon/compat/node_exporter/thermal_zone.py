@@ -21,8 +21,8 @@ from pathlib import Path
 from nvdaemon.collectors.base import NotPresent
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
-from nvdaemon.compat.node_exporter.goparse import glob, parse_int
 from nvdaemon.compat.node_exporter.sysfs import read_int_file, sys_read_attr
+from nvdaemon.goparse import glob, parse_int
 
 _ZONE = re.compile(r"thermal_zone[0-9].*", re.DOTALL)
 _COOLING = re.compile(r"cooling_device[0-9].*", re.DOTALL)

@@ -13,8 +13,8 @@ import re
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.goparse import parse_float
 from nvdaemon.compat.node_exporter.meminfo import metric_name
+from nvdaemon.goparse import parse_float
 
 FIELDS = re.compile(r"^(oom_kill|pgpg|pswp|pg.*fault).*", re.ASCII)
 

@@ -15,7 +15,10 @@ import os
 import re
 from pathlib import Path
 
-from nvdaemon.collectors.base import ParseError
+
+class ParseError(ValueError):
+    """A file had content the parser could not understand; the message names the file and what was wrong."""
+
 
 # Go's unicode.IsSpace: Python's str.isspace() set less the four ASCII separators \x1c-\x1f.
 GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"

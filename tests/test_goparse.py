@@ -18,7 +18,9 @@ import pytest
 
 from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
-from nvdaemon.compat.node_exporter.goparse import (
+from nvdaemon.compat.node_exporter.sysfs import read_int_file, sys_read_attr, sys_read_file
+from nvdaemon.config import NodeExporterConfig
+from nvdaemon.goparse import (
     GO_SPACE,
     MAX_LINE,
     fields,
@@ -31,8 +33,6 @@ from nvdaemon.compat.node_exporter.goparse import (
     trim_space,
     wrap_int64,
 )
-from nvdaemon.compat.node_exporter.sysfs import read_int_file, sys_read_attr, sys_read_file
-from nvdaemon.config import NodeExporterConfig
 
 # ---- strconv.ParseFloat ----------------------------------------------------------------------------------------
 
