@@ -19,6 +19,8 @@ from typing import Any
 
 from nvdaemon.nvml import READINGS, GpuIdentity, GpuLost, GpuSnapshot, NvmlFailure, NvmlUnavailable, XidNotice
 
+CALLS_KEPT = 1024  # the fake's call log: the latest calls only (an agent on it waits for XIDs every second)
+
 
 class ScenarioError(ValueError):
     """The scenario file is not what the fake backend expects; the message names the file and the problem."""
@@ -73,14 +75,21 @@ class FakeNvml:
         self.tick = -1
         self.lost: set[int] = set()
         self.nvml_error = ""  # while set, device_count fails: the library stopped answering
-        self.calls: list[str] = []  # what was called, in order (tests check the shutdown sequence)
+        self.calls: list[str] = []  # what was called, in order (tests check the shutdown sequence); the latest only
         self._cond = threading.Condition()
         self._pending: list[XidNotice] = []
         self._registered: set[int] | None = None
 
     def _record(self, what: str) -> None:
         with self._cond:
-            self.calls.append(what)
+            self._append(what)
+
+    def _append(self, what: str) -> None:
+        """Under ``_cond``. An agent on the fake waits for XIDs every second for as long as it runs: the log keeps
+        the latest ``CALLS_KEPT`` calls, not all of them."""
+        self.calls.append(what)
+        if len(self.calls) > 2 * CALLS_KEPT:
+            del self.calls[:-CALLS_KEPT]
 
     # ---- lifecycle ----------------------------------------------------------------------------------------------
     def open(self) -> list[GpuIdentity]:
@@ -178,13 +187,13 @@ class FakeNvml:
         with self._cond:
             if self._registered is None:
                 raise NvmlFailure("XID wait without an event set")
-            self.calls.append("xid_wait")
+            self._append("xid_wait")
             self._cond.wait_for(lambda: bool(self._pending), timeout_ms / 1000)
             out, self._pending = self._pending, []
-            self.calls.append("xid_wait_returned")
+            self._append("xid_wait_returned")
             return out
 
     def xid_close(self) -> None:
         with self._cond:
-            self.calls.append("xid_close")
+            self._append("xid_close")
             self._registered = None

@@ -18,7 +18,7 @@ from nvdaemon.gpu.xid import run_xid_source, serve_xid
 from nvdaemon.gpu.xid_catalogue import GO_XID_SEVERITY, XID_DESCRIPTIONS
 from nvdaemon.model import Event, Kind, Phase, Sample
 from nvdaemon.nvml import GpuIdentity, NvmlFailure, NvmlUnavailable, XidNotice
-from nvdaemon.nvml.fake import FakeNvml
+from nvdaemon.nvml.fake import CALLS_KEPT, FakeNvml
 from tests.gpu.conftest import HEALTHY, THERMAL, XID79, make_agent, open_agent_gpu, wait_until
 
 GAUGES = {
@@ -342,3 +342,12 @@ async def test_open_gpu_takes_the_gpu_slice_and_returns_what_it_opened(tmp_path:
     assert await open_gpu(cfg_missing, ["core", "gpu"], **kw()) == GpuStart(None, frozenset({"gpu"}))
     with pytest.raises(NvmlUnavailable, match="NVML Shared Library Not Found"):
         await open_gpu(cfg_missing, ["gpu"], **kw())
+
+
+def test_the_call_log_keeps_the_latest_calls_only() -> None:
+    """An agent on the fake waits for XIDs every second for as long as it runs: its call log stays bounded."""
+    fake = FakeNvml(HEALTHY)
+    for _ in range(3 * CALLS_KEPT):
+        fake._record("tick")
+    fake._record("last")
+    assert CALLS_KEPT <= len(fake.calls) <= 2 * CALLS_KEPT and fake.calls[-1] == "last"
