@@ -34,6 +34,8 @@ pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
 UUIDS = [d["uuid"] for d in json.loads(HEALTHY.read_text())["devices"]]
+ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # a counter the replay advances every tick (perTick, in mJ)
+ENERGY_PER_TICK = int(json.loads(HEALTHY.read_text())["perTick"]["total_energy_mj"])
 MIG7 = "MIG-7a1b2c3d-4e5f-5a6b-8c7d-9e0f1a2b3c4d"
 TRAIN = pod("ml", "train", ("main", [(GPU, [UUIDS[0]])]), ("sidecar", []))
 SHARED_A = pod("ml", "shared-a", ("worker", [(GPU, [UUIDS[1] + "::0"])]))
@@ -138,11 +140,20 @@ async def test_pods_on_dcgm_series_and_events_through_kubelet_failures(
             (line,) = series(m, "DCGM_FI_DEV_GPU_TEMP", 1)  # one series, the holder listed last
             assert POD_LABELS.format(c="worker", ns="ml", p="shared-b") in line
             assert POD_LABELS.format(c="main", ns="batch", p="by-index") in series(m, "DCGM_FI_DEV_GPU_TEMP", 2)[0]
-            golden = set(GOLDEN.read_text().splitlines())
+            golden_text = GOLDEN.read_text()
+            golden = set(golden_text.splitlines())
             for gpu in (3, 4, 5, 6, 7):  # unallocated (and the MIG parent): byte-identical to the surface without pods
                 for family in re.findall(r"^# TYPE (DCGM_\S+) ", m, re.M):
-                    if family != "DCGM_FI_DEV_XID_ERRORS":  # the golden file has an XID on GPU 3
-                        (line,) = series(m, family, gpu)
+                    if family == "DCGM_FI_DEV_XID_ERRORS":  # the golden file has an XID on GPU 3
+                        continue
+                    (line,) = series(m, family, gpu)
+                    if family == ENERGY:  # the golden file is tick 0; the replay adds perTick each tick since
+                        (want,) = series(golden_text, family, gpu)
+                        head, value = line.rsplit(" ", 1)
+                        assert head == want.rsplit(" ", 1)[0], line
+                        ticks, rest = divmod(int(value) - int(want.rsplit(" ", 1)[1]), ENERGY_PER_TICK)
+                        assert ticks >= 0 and rest == 0, line
+                    else:
                         assert line in golden, line
             promtool(m)
 
