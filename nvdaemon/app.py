@@ -77,6 +77,7 @@ class Agent:
         self.stream: StreamHub | None = None  # the websocket hub, when running (set by sync_sinks)
         self.snapshot_version = 0
         self.heartbeats: dict[str, float] = {}  # trio clock of each tier's last completed tick
+        self.ticks: dict[str, int] = {}  # completed ticks of each tier since the start (/healthz, /v1/status)
         self.event_counts: collections.Counter[EventKey] = collections.Counter()
         self.started_at = time.time()
         self.started_clock = 0.0
@@ -431,6 +432,7 @@ class Agent:
             await sup.stop(name)
             self.snapshots.pop(name.removeprefix("tier:"), None)
             self.heartbeats.pop(name.removeprefix("tier:"), None)
+            self.ticks.pop(name.removeprefix("tier:"), None)
         for name, tier in wanted.items():
             running = sup.tasks.get(name)
             if running is None or running.fingerprint != self.tier_fingerprint(tier):
@@ -633,6 +635,7 @@ async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None]
         agent.on_snapshot(snap)
         await agent.persist_engine()
         agent.heartbeats[tier] = trio.current_time()
+        agent.ticks[tier] = agent.ticks.get(tier, 0) + 1
         if first:
             first = False
             task_status.started()

@@ -96,6 +96,8 @@ class AgentView(Protocol):
     @property
     def snapshots(self) -> Mapping[str, TierSnapshot]: ...  # tier -> its latest snapshot
     @property
+    def ticks(self) -> Mapping[str, int]: ...  # tier -> ticks completed since the start
+    @property
     def snapshot_version(self) -> int: ...  # bumped by every new snapshot
     @property
     def changes(self) -> int: ...  # bumped by anything else /metrics shows that is not a snapshot or an event

@@ -5,6 +5,8 @@ tests ends by saying which and why.
 the pod's name); tests that mean to check that set it themselves. Removed here, before any test or agent subprocess
 reads the environment.
 
+``autojump_clock`` is the suite's own (``tests/clock.py``): it holds the mock clock while a worker thread works.
+
 The skip line: every skip of the run (a test's ``pytest.skip``, a ``skipif`` mark, a skipped module) is put in a
 group, one per missing tool (``SKIP_GROUPS``, matched on the skip's reason) or else one per distinct reason, and the
 run ends with ONE line, ``skipped: GROUP (DIRS, N tests): WHY; ...``. Nothing is printed when nothing skipped.
@@ -18,6 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pytest
+
+from tests.clock import autojump_clock, thread_hold
+
+__all__ = ["autojump_clock", "thread_hold"]  # the suite's own, over pytest-trio's: see tests/clock.py
 
 os.environ.pop("KUBERNETES_SERVICE_HOST", None)
 

@@ -58,7 +58,7 @@ def free_port() -> int:
         return port
 
 
-wait_for = functools.partial(until_sync, timeout=20.0)
+wait_for = functools.partial(until_sync, timeout=60.0)  # a bound on failure only: each wait returns once true
 
 
 class Agent:
@@ -89,6 +89,21 @@ class Agent:
         assert status == 200
         doc: dict[str, Any] = json.loads(body)
         return doc
+
+    def ticks(self, tier: str = "core") -> int | None:
+        """The tier's completed ticks, from ``/healthz`` (served over the probe lane even when every connection slot
+        is taken); None when the probe was not answered (the lane full too)."""
+        status, body = self.get("/healthz")
+        if status not in (200, 503):
+            return None
+        count: int = json.loads(body)["ticks"].get(tier, 0)
+        return count
+
+    def wait_ticks(self, n: int, tier: str = "core") -> None:
+        """Return once ``tier`` has completed ``n`` more ticks than now: what a "nothing happened" assertion waits
+        for, so that it is checked after the ticks that would have made it happen, however slow the machine."""
+        first: int = wait_for(lambda: (t := self.ticks(tier)) is not None and (t,), "/healthz answered")[0]
+        wait_for(lambda: (self.ticks(tier) or 0) >= first + n, f"{n} more ticks of the {tier} tier (from {first})")
 
     def samples(self) -> list[dict[str, Any]]:
         """``/v1/state``: the Go agent's array of the last samples."""
@@ -184,7 +199,7 @@ def test_fixture_edits_raise_enter_then_exit_and_restart_keeps_state(agent: Agen
     agent.start()
     state = agent.status()
     assert ("load_high", "cpu") in {(c["condition"], c["device"]) for c in state["conditions"]}
-    time.sleep(1.0)  # several ticks at 0.3 s
+    agent.wait_ticks(3)  # the restored condition is evaluated again (enterFor 2) before this checks for an ENTER
     assert events(agent, "load_high", "ENTER") == []
     (agent.host / "proc" / "loadavg").write_text("0.50 0.40 0.30 2/1310 223344\n")
     exits = wait_for(lambda: events(agent, "load_high", "EXIT"), "load_high EXIT after restart")

@@ -11,6 +11,7 @@ and a SIGTERM during a reload.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from nvdaemon import reloading
 from nvdaemon.app import ENGINE_FILE, Agent
@@ -225,7 +227,7 @@ async def test_sigterm_during_a_reload_stops_the_agent_and_cancels_the_reload(
 
 
 async def test_sighup_during_start_waits_for_the_start_sequence(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     agent = make_agent(tmp_path)
     calls: list[bool] = []
@@ -236,8 +238,12 @@ async def test_sighup_during_start_waits_for_the_start_sequence(
     monkeypatch.setattr(agent, "reload", record)
     async with trio.open_nursery() as nursery:
         await nursery.start(agent.watch_signals)
+        caplog.set_level(logging.INFO, logger="nvdaemon.app")
         os.kill(os.getpid(), signal.SIGHUP)
-        await trio.sleep(0.2)  # the signal is in; the reload waits for the start sequence (start_tasks)
+        # The signal is in (its handler logged it), and the reload waits for the start sequence (start_tasks).
+        await until(lambda: "SIGHUP: reloading config" in caplog.text, "the SIGHUP received", timeout=60, step=0.01)
+        await trio.testing.wait_all_tasks_blocked()  # the reloader has taken the request and is waiting
+        assert calls == []
         agent.started.set()
         await until(lambda: calls, "the reload", timeout=10, step=0.01)
         assert calls == [True]

@@ -151,10 +151,10 @@ async def test_healthz_answers_the_problems_the_view_reports(tmp_path: Path) -> 
     view = make_view(tmp_path)
     client = app_of(view).test_client()
     resp = await client.get("/healthz")
-    assert (resp.status_code, json.loads(await resp.get_data())) == (200, {"status": "ok", "problems": []})
-    view.update(problems=["tier core: no completed tick for 31s"])
+    assert (resp.status_code, json.loads(await resp.get_data())) == (200, {"status": "ok", "problems": [], "ticks": {}})
+    view.update(problems=["tier core: no completed tick for 31s"], ticks={"smart": 2, "core": 7})
     resp = await client.get("/healthz")
-    body = {"status": "fail", "problems": ["tier core: no completed tick for 31s"]}
+    body = {"status": "fail", "problems": ["tier core: no completed tick for 31s"], "ticks": {"core": 7, "smart": 2}}
     assert (resp.status_code, json.loads(await resp.get_data())) == (503, body)
 
 
@@ -333,7 +333,6 @@ async def test_shutdown_does_not_wait_for_a_server_in_backoff(
     port = squatter.getsockname()[1]
     host = tmp_path / "host"
     host.mkdir()
-    autojump_clock.autojump_threshold = 0.05  # real seconds: a state write in a worker thread is not "idle"
     extra = f"tiers: []\nsinks: {{metrics: {{listenAddr: '127.0.0.1:{port}'}}}}\nshutdownGraceSeconds: 30\n"
     agent = Agent(parse_config(make_config_text(tmp_path, extra), "test.yaml", env={}), host_root=host)
     with squatter:

@@ -86,6 +86,7 @@ def status_document(view: AgentView) -> dict[str, Any]:
     for tier, snap in sorted(view.snapshots.items()):
         tiers[tier] = {
             "collectedAt": snap.collected_at,
+            "ticks": view.ticks.get(tier, 0),
             "durationSeconds": round(snap.duration, 6),
             "intervalSeconds": view.interval(tier),
             "samples": len(snap.samples),

@@ -115,6 +115,7 @@ class Reconciler:
         self.last_error: str | None = None
         self.last_error_at: float | None = None
         self.version = 0  # bumped whenever something /metrics or /v1/status shows changed
+        self.reconciles = 0  # completed passes (/v1/status only: not a /metrics change, so no version bump)
 
     # ---- state -------------------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -339,6 +340,7 @@ class Reconciler:
         if pending != self.pending:
             self.pending = pending
             self.version += 1
+        self.reconciles += 1
 
     # ---- views -------------------------------------------------------------------------------------------------
     def metrics(self) -> Iterator[Metric]:
@@ -376,6 +378,7 @@ class Reconciler:
             "socketPresent": self.socket_present,
             "tokenConfigured": bool(self.settings.token_path),
             "pending": self.pending,
+            "reconciles": self.reconciles,
             "sent": self.success,
             "skipped": self.skipped,
             "errors": dict(sorted(self.errors.items())),

@@ -8,7 +8,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +33,19 @@ rules:
   - {{metric: temp_celsius, device: hwmon0/coretemp/temp1, condition: cpu_package_hot,
      severity: critical, threshold: 95, op: ">="}}
 """
+
+
+def reconciles(agent: Agent) -> int:
+    count: int = agent.status()["sinks"]["nvsentinel"]["reconciles"]
+    return count
+
+
+def settled(agent: Agent, tier: str = "core") -> None:
+    """Return once ``tier`` has ticked 3 times and then the NVSentinel sink has finished 2 more reconciles: all it
+    would send about what those ticks found has been sent (or failed), so "nothing was sent" can be asserted."""
+    agent.wait_ticks(3, tier)
+    done = reconciles(agent)
+    wait_for(lambda: reconciles(agent) >= done + 2, f"2 NVSentinel reconciles after {done}")
 
 
 @pytest.fixture
@@ -70,7 +82,7 @@ def test_fault_raises_node_condition_clear_flips_it_restart_keeps_state(setup: t
     # Restart with the fault still there: no second unhealthy event, no second baseline.
     sent = len(connector.ok_events())
     agent.start()
-    time.sleep(1.0)  # several ticks at 0.3 s
+    settled(agent)
     assert len(connector.ok_events()) == sent
     assert status(connector) == "True"
 
@@ -144,7 +156,7 @@ def test_lost_gpu_condition_survives_a_restart_and_clears_when_the_gpu_answers(
     sent = len(connector.ok_events())
     agent.start()
     wait_for(lambda: events(agent, "gpu_lost", "ENTER"), "gpu_lost in the restarted agent")
-    time.sleep(1.0)  # several ticks at 0.3 s
+    settled(agent, tier="gpu")
     assert len(connector.ok_events()) == sent and lost_status(connector) == "True"
     assert agent.stop()[0] == 0
 

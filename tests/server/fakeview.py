@@ -41,6 +41,7 @@ class FakeView:
     ready: bool = False
     stopping: trio.Event = field(default_factory=trio.Event)
     started_at: float = 1_700_000_000.0
+    ticks: dict[str, int] = field(default_factory=dict)
     snapshot_version: int = 0
     changes: int = 0
     reloads: int = 0
@@ -93,6 +94,7 @@ class FakeView:
         for ev in events:
             self.event_counts[ev.count_key()] += 1
             self.bus.publish(ev)
+        self.ticks[snap.tier] = self.ticks.get(snap.tier, 0) + 1
         self.update(snapshot_version=self.snapshot_version + 1)
 
 

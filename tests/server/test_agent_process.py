@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,17 +57,32 @@ def collector_failures(exposition: str) -> list[str]:
     ]
 
 
+def collector_errors(exposition: str) -> dict[str, float]:
+    """``nodevitals_collector_errors_total`` by collector: it counts every failed read since the start, so a failure
+    in a tick nobody scraped still shows in the next scrape."""
+    prefix = "nodevitals_collector_errors_total{"
+    return {
+        line.split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in exposition.splitlines()
+        if line.startswith(prefix)
+    }
+
+
 def test_held_connections_leave_probes_and_collectors_working(agent: LimitedAgent, tmp_path: Path) -> None:
     """The issue's probe: 200 held connections against 128 descriptors. The agent serves what fits under its cap
     (RLIMIT_NOFILE less a reserve), answers /healthz over the probe lane, closes the rest, and its collectors keep
     their descriptors."""
     agent.start(nofile=NOFILE)
-    before = collector_failures(agent.get("/metrics")[1].decode())
+    exposition = agent.get("/metrics")[1].decode()
+    before, errors_before = collector_failures(exposition), collector_errors(exposition)
+    assert errors_before, "no nodevitals_collector_errors_total in /metrics"
     held = []
     try:
         for _ in range(200):
             held.append(socket.create_connection(("127.0.0.1", agent.port), timeout=5))
-        time.sleep(1.5)  # several ticks of the core tier while every slot is held
+        # Ticks of the core tier while every slot is held, counted over the probe lane: the collectors had to open
+        # their files in these ticks, with the server holding every descriptor it may.
+        agent.wait_ticks(3)
         status, body = wait_for(lambda: (r := agent.get("/healthz"))[0] and r, "/healthz answered")
         assert status == 200 and b'"ok"' in body
     finally:
@@ -76,6 +90,7 @@ def test_held_connections_leave_probes_and_collectors_working(agent: LimitedAgen
             sock.close()
     status, body = wait_for(lambda: (r := agent.get("/metrics"))[0] == 200 and r, "/metrics served again")
     assert collector_failures(body.decode()) == before
+    assert collector_errors(body.decode()) == errors_before  # no read failed in any tick, scraped or not
     assert agent.proc is not None and agent.proc.poll() is None
     log = (tmp_path / "agent.log").read_text()
     assert "Too many open files" not in log and "Traceback" not in log

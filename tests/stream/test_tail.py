@@ -58,15 +58,18 @@ async def test_reconnect_resumes_after_the_last_printed_event(tmp_path: Path) ->
             # The hub drops the client (as it does a slow one) while events keep coming.
             middle = [make_event(i) for i in range(3, 8)]
             await srv.publish(middle[:2])
-            await trio.sleep(0.1)
+            await until(lambda: out.getvalue().count("\n") >= 4, "four lines printed", timeout=10, step=0.01)
             (client,) = srv.hub.clients
             srv.hub._drop(client, CLOSE_TRY_AGAIN_LATER, "test", "slow")
             await srv.publish(middle[2:])  # published while it is away: replayed from its cursor
             await until(lambda: out.getvalue().count("\n") >= 7, "seven lines printed", timeout=10, step=0.01)
-            await trio.sleep(0.3)
+            # A last event, and its line: a line printed twice would have come before it (one ordered stream).
+            last = make_event(8)
+            await srv.publish([last])
+            await until(lambda: last.id in out.getvalue(), "the last event printed", timeout=10, step=0.01)
             nursery.cancel_scope.cancel()
     printed = [json.loads(line)["id"] for line in out.getvalue().splitlines()]
-    assert printed == [e.id for e in before[1:] + middle]
+    assert printed == [e.id for e in [*before[1:], *middle, last]]
     assert "1013" in err.getvalue() and "reconnected, resuming after" in err.getvalue()
     assert tail.connections == 2
 
