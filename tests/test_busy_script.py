@@ -35,7 +35,7 @@ def run(tmp_path: Path, *, fail_at: int = 99, **env: str) -> tuple[int, str, lis
     (bin_dir / "make").write_text(MAKE.format(bash=BASH, log=log, out=out, fail_at=fail_at))
     (bin_dir / "make").chmod(0o755)
     environ = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": sys.executable}
-    for name in ("NVDAEMON_TEST_THREAD_DELAY", "BUSY_RUNS", "BUSY_BURNERS", "ARGS"):  # set when make test-busy runs this
+    for name in ("NVDAEMON_TEST_THREAD_DELAY", "BUSY_RUNS", "BUSY_BURNERS", "ARGS"):  # set under make test-busy
         environ.pop(name, None)
     environ.update(env)
     with out.open("w") as sink:
