@@ -250,7 +250,9 @@ async def test_clean_shutdown_with_a_wait_in_flight(tmp_path: Path) -> None:
         began = trio.current_time()
         agent.stopping.set()
     took = trio.current_time() - began
-    assert took < 1.0 + 0.5  # at most one XID wait (1 s) plus the rest of the shutdown
+    # At most the XID wait in flight (1 s) plus the rest of the shutdown, with room for a loaded machine; well short
+    # of the 5 s grace that a shutdown waiting on anything else would run into.
+    assert took < 1.0 + 2.0
     calls = fakes[0].calls
     assert calls[-4:] == ["xid_wait", "xid_wait_returned", "xid_close", "close"]
     assert agent.gpu is None

@@ -402,11 +402,12 @@ def test_filesystem_stuck_mounts_share_one_deadline(tmp_path: Path) -> None:
     impl = FilesystemCollector(statfs)
     began = time.monotonic()
     fams, exc = run(
-        "filesystem", host(tmp_path, {"proc/1/mounts": mounts}), impl, filesystem={"mountTimeoutSeconds": 0.2}
+        "filesystem", host(tmp_path, {"proc/1/mounts": mounts}), impl, filesystem={"mountTimeoutSeconds": 1.0}
     )
     took = time.monotonic() - began
     release.set()
-    assert exc is None and took < 0.5  # one timeout for the three, not three in a row
+    # One 1 s timeout for the three, not three in a row (3 s or more); the rest leaves room for a loaded machine.
+    assert exc is None and took < 2.5
     errors = {dict(k)["mountpoint"]: v for k, v in fams["node_filesystem_device_error"].samples}
     assert errors == {"/mnt/a": 1.0, "/mnt/b": 1.0, "/mnt/c": 1.0, "/": 0.0}
     assert impl.stuck <= {"/mnt/a", "/mnt/b", "/mnt/c"}

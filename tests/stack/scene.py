@@ -169,8 +169,10 @@ class Stack:
         self._toggler: threading.Thread | None = None
         self._env: dict[str, str | None] = {}
         self._toggling = threading.Event()
+        self.started_at = 0.0
 
     def start(self) -> Stack:
+        self.started_at = time.time()  # the dashboard test queries the whole run, however long a loaded machine took
         self._env = {var: os.environ.get(var) for var in ("SMARTCTL_STANDIN_DIR", "SMARTCTL_STANDIN_LOG")}
         os.environ["SMARTCTL_STANDIN_DIR"] = str(self.recordings)  # read by the stand-in the agent runs
         os.environ["SMARTCTL_STANDIN_LOG"] = str(self.smart_log)
