@@ -26,7 +26,7 @@ test: $(STAMP) test-deps
 
 # `make test` with one CPU-burning process per core beside it, and every worker thread of a mock-clock test slowed
 # (scripts/test-busy): the suite must pass on a loaded CI runner, not only on an idle machine. BUSY_RUNS=3 runs it
-# three times in a row; BUSY_BURNERS sets the number of burners.
+# three times in a row; BUSY_BURNERS sets the number of burners. .ci/run runs it once after `make test`.
 test-busy: $(STAMP) test-deps
 	ARGS="$(ARGS)" scripts/test-busy
 
