@@ -60,7 +60,7 @@ def alive(pid: int) -> bool:
 def test_burners_run_beside_each_run_and_are_gone_after(tmp_path: Path) -> None:
     code, log, pids = run(tmp_path, BUSY_RUNS="3", BUSY_BURNERS="2", ARGS="-q tests/x")
     assert code == 0
-    assert log.count("make test ARGS=-q tests/x delay=0.05") == 3
+    assert log.count("make test ARGS=-q tests/x delay=0.02") == 3
     assert all(log.count(f"burner {pid} alive") == 3 for pid in pids) and len(pids) == 2
     assert not any(alive(pid) for pid in pids)
 

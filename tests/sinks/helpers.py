@@ -15,14 +15,12 @@ from typing import Any, TypeVar
 
 import httpx
 import msgspec
-import pytest
 import trio
 
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.model import Event, Phase
 from nvdaemon.sinks.spool import SpoolDB
-from nvdaemon.sinks.spool_io import Spool
 from nvdaemon.sinks.webhook import WebhookEndpoint
 from tests import polling
 
@@ -124,16 +122,6 @@ def read_only() -> sqlite3.OperationalError:
     exc = sqlite3.OperationalError("attempt to write a readonly database")
     exc.sqlite_errorcode = 8  # SQLITE_READONLY
     return exc
-
-
-def inline_spool(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Spool calls run inline (no worker thread), so that ``autojump_clock`` never jumps while sqlite works."""
-
-    async def call(self: Spool, fn: Callable[..., Any], *args: Any) -> Any:
-        await trio.lowlevel.checkpoint()
-        return self.run(fn, *args)
-
-    monkeypatch.setattr(Spool, "call", call)
 
 
 class Script:

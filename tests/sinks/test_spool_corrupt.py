@@ -18,16 +18,11 @@ import trio.testing
 from nvdaemon import cli
 from nvdaemon.sinks.spool import FILE, SpoolDB
 
-from .helpers import Faults, Script, event, hook, inline_spool, malformed, running, until
+from .helpers import Faults, Script, event, hook, malformed, running, until
 from .storage import tmpfs
 from .test_webhook_policy import URL, exposition
 
 NAME = "webhook:test"
-
-
-@pytest.fixture(autouse=True)
-def _inline(monkeypatch: pytest.MonkeyPatch) -> None:
-    inline_spool(monkeypatch)
 
 
 def spool_with_pending(path: Path, n: int, endpoint: str = NAME) -> list[str]:

@@ -15,13 +15,8 @@ import trio.testing
 
 from nvdaemon.sinks.spool import FILE, SpoolDB
 
-from .helpers import Faults, Script, disk_full, event, hook, inline_spool, io_error, read_only, running, until
+from .helpers import Faults, Script, disk_full, event, hook, io_error, read_only, running, until
 from .test_webhook_policy import URL, exposition
-
-
-@pytest.fixture(autouse=True)
-def _inline(monkeypatch: pytest.MonkeyPatch) -> None:
-    inline_spool(monkeypatch)
 
 
 def ok(seq: int, n: int) -> httpx.Response:

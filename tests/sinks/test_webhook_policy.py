@@ -1,5 +1,5 @@
-"""The sender's retry policy, on a virtual clock (``autojump_clock``, an in-process httpx transport, the sqlite spool
-called inline so that no worker thread lets the clock jump): backoff, Retry-After, order, dead letters, 410, maxAge,
+"""The sender's retry policy, on a virtual clock (``autojump_clock``, which stands still while the sqlite spool works
+in its worker thread; an in-process httpx transport): backoff, Retry-After, order, dead letters, 410, maxAge,
 timeouts, the shutdown drain."""
 
 from __future__ import annotations
@@ -23,15 +23,10 @@ from nvdaemon.sinks.spool_io import Spool
 from nvdaemon.sinks.webhook import WebhookEndpoint, retry_after
 from nvdaemon.sinks.webhook_url import endpoint_names
 
-from .helpers import SECRET, Script, event, hook, inline_spool, running, until
+from .helpers import SECRET, Script, event, hook, running, until
 
 URL = "https://receiver.example:8443/hooks/hw?token=do-not-show"
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
-
-
-@pytest.fixture(autouse=True)
-def _inline(monkeypatch: pytest.MonkeyPatch) -> None:
-    inline_spool(monkeypatch)
 
 
 def gaps(times: list[float]) -> list[float]:
