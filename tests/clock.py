@@ -61,7 +61,6 @@ class ThreadHold:
         self.threads_seen = 0
         self.expired_holds = 0  # holds that lasted hold_limit real seconds or more: the clock may have jumped
         self.stuck_allowed = False
-        self._since: list[float] = []
 
     def expect_stuck_threads(self) -> None:
         """This test blocks a worker thread on purpose and waits on virtual time meanwhile: no hold, the clock
@@ -90,6 +89,7 @@ class ThreadHold:
 def _held_run_sync(hold: ThreadHold, real: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(real)
     async def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # Released when the task stops waiting: the result is back, or (abandon_on_cancel) the thread was abandoned.
         since = hold.hold()
         try:
             return await real(_delayed(fn), *args, **kwargs)
@@ -109,10 +109,13 @@ def _held_start_thread_soon(hold: ThreadHold, real: Callable[..., Any]) -> Calla
             return
         since = hold.hold()
 
-        def delivered(result: Any) -> None:  # in the worker thread: release on the loop, before the result lands
+        def delivered(result: Any) -> None:  # in the worker thread
+            # The result first (``deliver`` queues its own callback on the loop), the release after it: callbacks run
+            # in order, so the waiting task is runnable again before the clock may jump. Released first, the clock
+            # could jump in between, while this thread had not yet queued the result (seen under load).
+            deliver(result)
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(hold.release, since)
-            deliver(result)
 
         real(_delayed(fn), delivered, name=name)
 
