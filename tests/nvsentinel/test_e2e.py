@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,9 +70,14 @@ def test_fault_raises_node_condition_clear_flips_it_restart_keeps_state(setup: t
     faults = [e for e in connector.ok_events() if e.checkName == CHECK and not e.isHealthy]
     assert len(faults) == 1
 
-    sink = agent.status()["sinks"]["nvsentinel"]
-    assert sink["socketPresent"] is True and sink["pending"] == 0
-    assert {r["checkName"] for r in sink["reported"]} == {CHECK, "NvdaemonLoadHigh"}
+    # The connector records a call before its answer reaches the agent, which only then counts it reported.
+    def both_reported() -> dict[str, Any] | None:
+        sink: dict[str, Any] = agent.status()["sinks"]["nvsentinel"]
+        done = sink["pending"] == 0 and {r["checkName"] for r in sink["reported"]} == {CHECK, "NvdaemonLoadHigh"}
+        return sink if done else None
+
+    sink = wait_for(both_reported, "both faults reported by the sink, nothing pending")
+    assert sink["socketPresent"] is True
     assert TOKEN not in json.dumps(agent.status())
     _, metrics = agent.get("/metrics")
     text = metrics.decode()
@@ -149,7 +155,8 @@ def test_lost_gpu_condition_survives_a_restart_and_clears_when_the_gpu_answers(
     }
     xid = connector.condition("NvdaemonGpuXidError")  # no XID was ever raised: only its baseline
     assert xid is not None and xid["status"] == "False"
-    assert agent.status()["sinks"]["nvsentinel"]["lostGpus"][0]["device"] == "gpu5"
+    lost = wait_for(lambda: agent.status()["sinks"]["nvsentinel"]["lostGpus"], "the lost GPU in the sink's status")
+    assert lost[0]["device"] == "gpu5"
     assert agent.stop()[0] == 0
 
     # Restart with the GPU still lost: it is seen lost again, and nothing new is sent.
@@ -169,7 +176,7 @@ def test_lost_gpu_condition_survives_a_restart_and_clears_when_the_gpu_answers(
     assert {(e.entityType, e.entityValue) for e in clear.entitiesImpacted} == {
         (e.entityType, e.entityValue) for e in fault.entitiesImpacted
     }
-    assert agent.status()["sinks"]["nvsentinel"]["lostGpus"] == []
+    wait_for(lambda: agent.status()["sinks"]["nvsentinel"]["lostGpus"] == [], "no lost GPU left in the sink's status")
     assert agent.stop()[0] == 0
 
 
