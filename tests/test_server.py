@@ -111,7 +111,7 @@ async def test_status_document(tmp_path: Path) -> None:
     resp = await app_of(view).test_client().get("/v1/status")
     doc = json.loads(await resp.get_data())
     assert doc["node"] == "n1"
-    assert doc["tiers"]["core"]["samples"] == 2
+    assert doc["tiers"]["core"]["samples"] == 2 and doc["tiers"]["core"]["ticks"] == 1
     assert doc["tiers"]["core"]["collectors"]["loadavg"]["success"] is True
     assert doc["conditions"][0]["condition"] == "load_high" and doc["conditions"][0]["stale"] is False
     assert doc["recentEvents"][0]["phase"] == "ENTER"
