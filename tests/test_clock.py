@@ -66,6 +66,7 @@ async def test_a_thread_stuck_on_purpose_lets_the_clock_jump(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: trio.to_thread.run_sync(release.wait, abandon_on_cancel=True))
         await trio.testing.wait_all_tasks_blocked()
+        assert thread_hold.in_flight == 1 and autojump_clock.autojump_threshold == 0  # in flight, yet not held
         with trio.fail_after(10):  # virtual: passes only because the clock jumps over the stuck thread
             await trio.sleep(5)
         nursery.cancel_scope.cancel()

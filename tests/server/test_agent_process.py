@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nvdaemon.promtext import parse_text
 from tests.test_e2e import ROOT, Agent, free_port, wait_for
 
 CONFIG = """
@@ -57,15 +58,11 @@ def collector_failures(exposition: str) -> list[str]:
     ]
 
 
-def collector_errors(exposition: str) -> dict[str, float]:
-    """``nodevitals_collector_errors_total`` by collector: it counts every failed read since the start, so a failure
-    in a tick nobody scraped still shows in the next scrape."""
-    prefix = "nodevitals_collector_errors_total{"
-    return {
-        line.split("}", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in exposition.splitlines()
-        if line.startswith(prefix)
-    }
+def collector_errors(exposition: bytes) -> dict[tuple[tuple[str, str], ...], float]:
+    """``nodevitals_collector_errors_total`` by label set, read with the project's text-format parser: it counts every
+    failed read since the start, so a failure in a tick nobody scraped still shows in the next scrape."""
+    family = parse_text(exposition).get("nodevitals_collector_errors_total")
+    return {tuple(m.labels): m.value for m in family.metrics} if family else {}
 
 
 def test_held_connections_leave_probes_and_collectors_working(agent: LimitedAgent, tmp_path: Path) -> None:
@@ -73,8 +70,8 @@ def test_held_connections_leave_probes_and_collectors_working(agent: LimitedAgen
     (RLIMIT_NOFILE less a reserve), answers /healthz over the probe lane, closes the rest, and its collectors keep
     their descriptors."""
     agent.start(nofile=NOFILE)
-    exposition = agent.get("/metrics")[1].decode()
-    before, errors_before = collector_failures(exposition), collector_errors(exposition)
+    exposition = agent.get("/metrics")[1]
+    before, errors_before = collector_failures(exposition.decode()), collector_errors(exposition)
     assert errors_before, "no nodevitals_collector_errors_total in /metrics"
     held = []
     try:
@@ -90,7 +87,7 @@ def test_held_connections_leave_probes_and_collectors_working(agent: LimitedAgen
             sock.close()
     status, body = wait_for(lambda: (r := agent.get("/metrics"))[0] == 200 and r, "/metrics served again")
     assert collector_failures(body.decode()) == before
-    assert collector_errors(body.decode()) == errors_before  # no read failed in any tick, scraped or not
+    assert collector_errors(body) == errors_before  # no read failed in any tick, scraped or not
     assert agent.proc is not None and agent.proc.poll() is None
     log = (tmp_path / "agent.log").read_text()
     assert "Too many open files" not in log and "Traceback" not in log
