@@ -39,6 +39,7 @@ from nvdaemon.gpu.xid import serve_xid
 from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Event, new_event_id
 from nvdaemon.reloading import Rules, prepare_reload
+from nvdaemon.seqmark import MARK_FILE, SeqMark
 from nvdaemon.server.app import Listening, serve_http
 from nvdaemon.sinks import Durable, Sink, SinkContext, build_sinks
 from nvdaemon.statefile import atomic_write, quarantine
@@ -97,6 +98,7 @@ class Agent:
         self._persist_lock = trio.Lock()
         self._engine_dirty = False
         self._saved_seq = -1  # the event seq of the engine state last written to stateDir
+        self.seqmark = SeqMark()  # event seqs are issued only under a mark saved in stateDir (seqmark.py)
         self._durable_warned = False
         self.engine_save_error: str | None = None  # why the last engine.json write failed (a full stateDir)
 
@@ -149,19 +151,36 @@ class Agent:
     def engine_path(self) -> Path:
         return self.loaded.state_dir / ENGINE_FILE
 
+    @property
+    def seqmark_path(self) -> Path:
+        return self.loaded.state_dir / MARK_FILE
+
     def load_engine(self) -> None:
-        """Restore sequence numbers and active conditions; a damaged file is moved aside, never a crash loop."""
+        """Restore the event seq, the active rule conditions and the lost GPUs from ``engine.json``, and the seq's
+        durable mark from ``seqmark.json`` (the seq continues from the greater of the two); a damaged file is moved
+        aside, never a crash loop. Until ``seqmark.reserve`` has saved a new mark, seqs issued count as
+        unreserved."""
         path = self.engine_path
         try:
-            data = path.read_bytes()
+            data: bytes | None = path.read_bytes()
         except FileNotFoundError:
-            return
-        try:
-            self.engine = engine.load_state(data)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            quarantine(path, str(exc))
-            return
-        log.info("restored %d active condition(s), event seq %d", len(self.engine.active), self.engine.seq)
+            data = None
+        if data is not None:
+            try:
+                self.engine = engine.load_state(data)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                quarantine(path, str(exc))
+            else:
+                log.info(
+                    "restored %d active condition(s) (%d rule, %d lost GPU), event seq %d",
+                    len(self.engine.active) + len(self.engine.lost_gpus),
+                    len(self.engine.active),
+                    len(self.engine.lost_gpus),
+                    self.engine.seq,
+                )
+        self.seqmark.load(self.engine, self.seqmark_path)
+        # Seqs up to here were published by the run before: a durable sink attached now has none of them to commit.
+        self.bus.last_seq = max(self.bus.last_seq, self.engine.seq)
 
     async def persist_engine(self, *, strict: bool = False) -> None:
         """Save active conditions and the event seq, but only once every durable sink (the webhook spool) holds
@@ -169,7 +188,9 @@ class Agent:
         unsaved state only makes a restart detect the transition again (at-least-once). A durable sink whose spool
         refuses writes holds its ``committed_seq`` back, so nothing is saved past what it holds only in memory. A
         write stateDir refuses is logged (once per streak) and retried on the next call; it is raised (OSError) only
-        when ``strict``: a reload applying a config rolls back on it."""
+        when ``strict``: a reload applying a config rolls back on it. First, every call keeps the event seq's durable
+        mark ahead of the seqs issued (``seqmark.py``; a write only once half of its block is used)."""
+        await self.seqmark.keep_ahead(self.engine, self.seqmark_path)
         if not self._engine_dirty:
             return
         target = self.engine.seq
@@ -246,12 +267,14 @@ class Agent:
 
     # ---- health ---------------------------------------------------------------------------------------------
     def health_problems(self) -> list[str]:
-        """Why /healthz fails: a tier loop that has not ticked in 3 intervals, or a critical task stuck failing."""
+        """Why /healthz fails: a tier loop that has not ticked in 3 intervals, or a critical task stuck failing. A
+        tick may also wait up to DURABLE_WAIT_SECONDS for the webhook spool before it saves engine state (a spool
+        that refuses writes, a reload replacing the endpoint): that is the loop running, so it is allowed for."""
         now = trio.current_time()
         problems = []
         for tier in self.active_tiers():
             last = self.heartbeats.get(tier, self.started_clock)
-            if now - last > 3 * self.interval(tier):
+            if now - last > 3 * self.interval(tier) + DURABLE_WAIT_SECONDS:
                 problems.append(f"tier {tier}: no completed tick for {now - last:.0f}s")
         if self.supervisor is not None:
             problems += [f"task {name}: failing repeatedly" for name in self.supervisor.stuck()]
@@ -280,8 +303,7 @@ class Agent:
 
     def next_seq(self) -> int:
         """The next event sequence number, the engine's, so XIDs and rule events share one ordering."""
-        self.engine.seq += 1
-        return self.engine.seq
+        return engine.draw_seq(self.engine)
 
     async def sync_podresources(self) -> None:
         """Start, restart (changed config) or stop the pod-resources refresh task, at start and after a reload."""
@@ -341,7 +363,9 @@ class Agent:
 
     async def sync_sinks(self) -> None:
         """Start sinks the config asks for; keep unchanged ones running; replace changed ones; stop removed ones.
-        The typed handles (``history``, ``stream``) follow ``sinks`` at each change, before any await."""
+        A replacement takes over what the stopped sink still held and its counters (``Sink.take_over``) before
+        anything else can run. The typed handles (``history``, ``stream``) follow ``sinks`` at each change, before
+        any await."""
         sup = self.supervisor
         assert sup is not None
         wanted = {sink.name: sink for sink in build_sinks(self.sink_context())}
@@ -351,10 +375,11 @@ class Agent:
             await sup.stop(name)
             old = self.sinks.pop(name)
             if name in wanted:  # subscribed before the old one lets go: no event published meanwhile goes nowhere
-                wanted[name].attach(self.bus)
+                wanted[name].attach(self.bus)  # the old channel gets nothing more: what it holds is final
+                wanted[name].take_over(old)  # its backlog and its counters: nothing lost, no counter goes back
                 self.sinks[name] = wanted[name]
             self._sink_handles()
-            old.close()  # counts what the old one still held (the webhook: events not spooled)
+            old.close()  # a removed sink counts what it still held (the webhook: events not spooled)
             if name in wanted:
                 await sup.start(
                     name, wanted[name].serve, critical=wanted[name].critical, fingerprint=wanted[name].fingerprint()
@@ -531,6 +556,9 @@ class Agent:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._reloader, pending, reloader)
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+                # The signal itself arms the exit guard (``nvdaemon run`` only), for the grace now in force.
+                grace = lambda: self.loaded.config.shutdown_grace_seconds  # noqa: E731
+                shutdown.arm_on_signals((signal.SIGTERM, signal.SIGINT), grace)
                 task_status.started()
                 async for signum in signals:
                     if signum == signal.SIGHUP:
@@ -560,10 +588,18 @@ class Agent:
         grace = self.loaded.config.shutdown_grace_seconds
         self.started_clock = trio.current_time()
         self.load_engine()
+        # Before the first event: a block of seqs reserved in stateDir (a refusal is logged; events go on regardless).
+        await self.seqmark.reserve(self.engine, self.seqmark_path)
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
-        # NVML unusable: the gpu tier is skipped, or NvmlUnavailable when it is the only tier
+        # NVML unusable: the gpu tier is skipped, or NvmlUnavailable when it is the only tier. The GPUs lost before a
+        # restart come back with the engine state: still lost, no second ENTER; answering, their EXIT.
         gpu = await open_gpu(
-            self.loaded.config.gpu, self.active_tiers(), node=self.node, emit=self.emit, next_seq=self.next_seq
+            self.loaded.config.gpu,
+            self.active_tiers(),
+            node=self.node,
+            emit=self.emit,
+            next_seq=self.next_seq,
+            lost=self.engine.lost_gpus,
         )
         self.gpu, self.skipped_tiers = gpu.runtime, self.skipped_tiers | gpu.skipped_tiers
         async with trio.open_nursery() as root:
@@ -583,19 +619,31 @@ class Agent:
         """Stop everything by one deadline, ``shutdownGraceSeconds`` from now (the root scope's too). The tasks'
         own shielded cleanup (a sink's final flush, the GPU close: ``shutdown.bounded_shield``) ends by the first
         ``1 - FINAL_SHARE`` of it; the final persist and the HTTP stop, in a ``finally`` so that no overrun before
-        them skips them, have the rest. Each step is also bounded by its own budget."""
-        deadline = trio.current_time() + grace
+        them skips them, have the rest. Each step is also bounded by its own budget. The HTTP server drains from the
+        start, side by side with the rest (it stops accepting and closes idle keep-alive connections now; requests in
+        progress and the event streams, which the stream sink closes with 1001, get its graceful timeout); where a
+        worker thread keeps trio from returning, the exit guard (``shutdown.EXIT_GUARD``) ends the process."""
+        began = trio.current_time()
+        deadline = began + grace
         self.root_scope.deadline = deadline
         shutdown.set_deadline(deadline - grace * FINAL_SHARE)
         sup.stopping = True
+        self.http_shutdown.set()  # clients busy on keep-alive no longer take the loop from the shutdown
+        stop_phase = trio.move_on_at(shutdown.deadline())  # a task still cleaning up then is left to its nursery
         try:
-            with trio.move_on_at(shutdown.deadline()):  # a task still cleaning up then is left to its nursery
+            with stop_phase:
                 # Producers first, then consumers: the tier loops stop publishing before the sinks flush and stop.
                 await _stop_all(sup, [n for n in sup.tasks if n.startswith(("tier:", "source:"))])
                 opened, self.gpu = self.gpu, None
                 await close_gpu(opened)  # the XID wait has returned and its event set is freed: nvmlShutdown
                 await _stop_all(sup, [n for n in sup.tasks if n != "http"])  # the sinks: side by side, not in turn
         finally:
+            # Where a slow shutdown spent its time: the tasks' share, or the persist and HTTP stop that follow.
+            log.info(
+                "shutdown: tiers and sinks %s in %.2fs; final persist and HTTP stop next",
+                "cut short at their share of the deadline" if stop_phase.cancelled_caught else "stopped",
+                trio.current_time() - began,
+            )
             shutdown.set_deadline(deadline)
             with shutdown.bounded_shield(max(grace / 2, 0.5)):
                 self._engine_dirty = True
@@ -633,8 +681,11 @@ async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None]
     while True:
         snap = await collect_tier(tier, runners, roots, config.collector_timeout_seconds)
         agent.on_snapshot(snap)
-        await agent.persist_engine()
+        # Liveness: the loop collected and evaluated. Saving engine state may wait for the webhook spool (up to
+        # DURABLE_WAIT_SECONDS, e.g. while a reload replaces an endpoint); that wait is the loop running, not stuck,
+        # and a loop stuck in it for good stops recording heartbeats all the same.
         agent.heartbeats[tier] = trio.current_time()
+        await agent.persist_engine()
         agent.ticks[tier] = agent.ticks.get(tier, 0) + 1
         if first:
             first = False

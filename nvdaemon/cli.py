@@ -144,10 +144,14 @@ def _run(args: argparse.Namespace) -> int:
         log.info("config: %s", note)
     import trio
 
+    from nvdaemon import shutdown
     from nvdaemon.app import Agent
     from nvdaemon.nvml import NvmlUnavailable
 
     agent = Agent(loaded, config_path=args.config, host_root=args.host_root)
+    # Armed by SIGTERM/SIGINT: ends the process shutdownGraceSeconds (and a margin) later if a worker thread stuck
+    # in a blocking call keeps trio.run, or the interpreter's exit, from returning (nvdaemon/shutdown.py).
+    shutdown.EXIT_GUARD.start()
     try:
         trio.run(agent.run)
     except OSError as exc:

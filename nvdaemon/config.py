@@ -13,6 +13,9 @@ choice for a key with fixed choices, is quoted short and never when it came from
 Input is bounded: the file is read up to ``MAX_CONFIG_BYTES`` and must be UTF-8 (``configload``), its YAML nesting
 and alias expansion are capped (``configcheck.load_yaml``), and every number has a range. Floors keep a typo from
 spinning a core (``intervalSeconds: 0.000000001``); ceilings keep timeouts and sizes to what a node can live with.
+Every key naming a file, directory or socket is typed ``FilePath``, ``RequiredPath`` or ``SocketPath``, so that the
+walk which checks every key also refuses a path no system call can take (a NUL byte, an unencodable character, over
+the kernel's limits: ``configcheck.path_problem``); a new path-valued key must use one of them.
 The floors of the two tick intervals admit the sub-second ticks of the fixture tests; the Go agent's smallest
 interval is 1 s.
 """
@@ -25,7 +28,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from nvdaemon.configcheck import ConfigIssue
+from nvdaemon.configcheck import OPTIONAL, PATH_META, REQUIRED, SOCKET, ConfigIssue
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: a real config is a few KiB
 MIN_INTERVAL_SECONDS = 0.05  # intervalSeconds floor (a tick of the core/gpu tiers)
@@ -41,6 +44,9 @@ Attempts = Annotated[int, msgspec.Meta(ge=1, le=1000)]
 QueueSize = Annotated[int, msgspec.Meta(ge=1, le=100_000)]  # events held in memory
 Interval = Annotated[float, msgspec.Meta(ge=MIN_INTERVAL_SECONDS, le=MAX_INTERVAL_SECONDS)]
 SmartInterval = Annotated[float, msgspec.Meta(ge=MIN_SMART_INTERVAL_SECONDS, le=7 * MAX_INTERVAL_SECONDS)]
+FilePath = Annotated[str, msgspec.Meta(extra={PATH_META: OPTIONAL})]  # a file or directory; "" = unset
+RequiredPath = Annotated[str, msgspec.Meta(extra={PATH_META: REQUIRED})]  # a file, directory or command; never ""
+SocketPath = Annotated[str, msgspec.Meta(extra={PATH_META: SOCKET})]  # a Unix socket; never ""
 
 TierName = Literal["core", "smart", "gpu"]
 DEFAULT_LISTEN = "127.0.0.1:9847"
@@ -94,7 +100,7 @@ class Rule(_Section):
 
 
 class ServerConfig(_Section):
-    api_token_file: str = ""  # bearer token guarding /v1/*; /metrics, /healthz, /readyz stay open
+    api_token_file: FilePath = ""  # bearer token guarding /v1/*; /metrics, /healthz, /readyz stay open
     max_request_bytes: Annotated[int, msgspec.Meta(ge=1, le=16 << 20)] = 65536
     header_timeout_seconds: Timeout = 10.0
     idle_timeout_seconds: Timeout = 10.0  # a keep-alive connection with no request in progress is closed after it
@@ -104,8 +110,8 @@ class ServerConfig(_Section):
 
 
 class SmartConfig(_Section):
-    smartctl_path: str = "smartctl"
-    devices: list[str] = msgspec.field(default_factory=list)
+    smartctl_path: RequiredPath = "smartctl"  # a command name is looked up on PATH
+    devices: list[RequiredPath] = msgspec.field(default_factory=list)
     interval_seconds: SmartInterval = 300.0
     timeout_seconds: Timeout = 30.0  # per smartctl run; the process (group) is killed after it
     max_concurrent: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4  # smartctl processes at once (not 24 on a JBOD)
@@ -114,7 +120,7 @@ class SmartConfig(_Section):
 class GpuConfig(_Section):
     xid: bool = True
     backend: Literal["auto", "nvml", "fake"] = "auto"  # auto: the fake when fakeScenario is set, else NVML
-    fake_scenario: str = ""  # a recorded NVML scenario (fixtures/nvml/*.json): fixtures, tests, local runs only
+    fake_scenario: FilePath = ""  # a recorded NVML scenario (fixtures/nvml/*.json): fixtures, tests, local runs only
 
 
 class SpoolConfig(_Section):
@@ -126,7 +132,7 @@ class WebhookSink(_Section):
     url: str
     secret: str = ""
     secrets: list[str] = msgspec.field(default_factory=list)
-    secret_file: str = ""
+    secret_file: FilePath = ""
     mode: Literal["structured", "binary"] = "structured"
     timeout_seconds: Timeout = 15.0
     max_age_hours: Annotated[float, msgspec.Meta(gt=0, le=8760)] = 72.0
@@ -144,8 +150,8 @@ class MetricsSink(_Section):
 
 class NvsentinelSink(_Section):
     enabled: bool = False
-    socket_path: str = "/var/run/nvsentinel.sock"
-    token_path: str = "/var/run/secrets/nvsentinel/platform-connector/token"  # "": no authorization header
+    socket_path: SocketPath = "/var/run/nvsentinel.sock"
+    token_path: FilePath = "/var/run/secrets/nvsentinel/platform-connector/token"  # "": no authorization header
     agent: str = "nvdaemon"
     processing_strategy: ProcessingStrategyName = "EXECUTE_REMEDIATION"  # STORE_ONLY for an observe-only rollout
     healthy_baseline: bool = True  # a healthy event for every configured check the first time it is seen
@@ -177,7 +183,7 @@ class HistoryConfig(_Section):
     interval_minutes: Annotated[int, msgspec.Meta(ge=1, le=1440)] = 5
     retention_days: Annotated[int, msgspec.Meta(ge=1, le=36_500)] = 1825
     metrics: list[str] = msgspec.field(default_factory=list)
-    data_dir: str = ""  # the directory of the history database ("" = stateDir); the Go agent's key
+    data_dir: FilePath = ""  # the directory of the history database ("" = stateDir); the Go agent's key
 
 
 class Toggle(_Section):
@@ -189,7 +195,7 @@ class DcgmCompatConfig(_Section):
 
     enabled: bool = False
     pod_attribution: bool = False  # container/namespace/pod labels on DCGM_FI_* and detail.pods on GPU events
-    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    pod_resources_socket: SocketPath = "/var/lib/kubelet/pod-resources/kubelet.sock"
     # Per List call; a slower kubelet turns attribution off that tick. Bounded like every timeout: gRPC turns a
     # deadline past ~1e10 s into one already expired, so every call would fail.
     pod_resources_timeout_seconds: Timeout = 5.0
@@ -230,9 +236,9 @@ class NodeExporterConfig(_Section):
 
     enabled: bool = False
     collectors: dict[str, bool] = msgspec.field(default_factory=dict)  # node_exporter name -> on/off over default
-    textfile_directory: str = ""  # *.prom files merged into /metrics ("" = the textfile collector reads nothing)
-    textfile_dir: str = ""  # the Go agent's name for textfileDirectory (both set: they must agree)
-    rootfs_path: str = ""  # the Go agent's key: sets rootfs; given as "" it turns the filesystem collector off
+    textfile_directory: FilePath = ""  # *.prom files merged into /metrics ("" = the textfile collector reads nothing)
+    textfile_dir: FilePath = ""  # the Go agent's name for textfileDirectory (both set: they must agree)
+    rootfs_path: FilePath = ""  # the Go agent's key: sets rootfs; given as "" it turns the filesystem collector off
     extra_flags: list[str] = msgspec.field(default_factory=list)  # the Go agent's: --[no-]collector.* (goconfig)
     diskstats: NodeDiskstatsOptions = msgspec.field(default_factory=NodeDiskstatsOptions)
     filesystem: NodeFilesystemOptions = msgspec.field(default_factory=NodeFilesystemOptions)
@@ -247,11 +253,11 @@ class Config(_Section):
     tiers: list[TierName] = msgspec.field(default_factory=lambda: ["core"])
     tier: TierName | None = None  # legacy single-tier key of the Go agent
     interval_seconds: Interval = 15.0
-    proc_root: str = "/proc"
-    sys_root: str = "/sys"
-    dev_root: str = "/dev"
-    rootfs: str = "/"
-    state_dir: str = ""
+    proc_root: RequiredPath = "/proc"
+    sys_root: RequiredPath = "/sys"
+    dev_root: RequiredPath = "/dev"
+    rootfs: RequiredPath = "/"
+    state_dir: FilePath = ""  # "" = the default (configload.default_state_dir)
     rules: list[Rule] = msgspec.field(default_factory=list)
     shutdown_grace_seconds: Timeout = 10.0
     collector_timeout_seconds: Timeout = 5.0

@@ -9,12 +9,19 @@ value that came from the environment.
 YAML input is bounded before anything walks it (``load_yaml``): at most ``MAX_DEPTH`` nested collections, and
 aliases may bring in at most ``MAX_ALIAS_NODES`` nodes in all (a 300-byte "billion laughs" file would otherwise
 expand to hundreds of millions); an alias to a collection that contains it is refused.
+
+A string key the schema marks as a path (``PATH_META`` in its ``msgspec.Meta(extra=...)``: config.py's ``FilePath``,
+``RequiredPath``, ``SocketPath``) is also checked for what no system call can take (``path_problem``): a NUL byte,
+a character the filesystem encoding cannot hold, more than the kernel's length limits. Such a value would pass as a
+string and make every ``open``/``stat``/``connect`` on it raise ``ValueError``, far from the config, in a task that
+then crash-loops; here it is one more error at its key path, found by ``check-config``, ``run`` and a reload alike.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +47,36 @@ class ConfigIssue:
 MAX_DEPTH = 64  # nested mappings/lists; a real config needs about 8
 ECHO_MAX = 24  # characters of a wrong choice quoted in its error: a typo of a choice is short
 MAX_ALIAS_NODES = 10_000  # nodes brought in by all aliases together, each counted with everything under it
+
+
+# What a path-valued key is, in ``msgspec.Meta(extra={PATH_META: kind})``: OPTIONAL may be "" (unset, a default or
+# off), REQUIRED may not, SOCKET names a Unix socket and may not be "" either.
+PATH_META = "path"
+OPTIONAL, REQUIRED, SOCKET = "optional", "required", "socket"
+PATH_MAX = 4096  # Linux, with the terminating NUL: a longer path fails every system call with ENAMETOOLONG
+NAME_MAX = 255  # bytes of one path component (every Linux filesystem the agent reads or writes)
+SUN_PATH_MAX = 107  # bytes of a Unix socket path: sockaddr_un.sun_path is 108 with its NUL (gRPC requires the NUL)
+
+
+def path_problem(value: str, kind: str = OPTIONAL) -> str | None:
+    """Why ``value`` cannot name a file, directory or socket (None: it can, as far as its text goes); ``kind`` is
+    OPTIONAL, REQUIRED or SOCKET. The message never quotes the value (a path given through ${VAR} is redacted like
+    every other value)."""
+    if value == "":
+        return None if kind == OPTIONAL else "must not be empty: expected a path"
+    if "\0" in value:
+        return "contains a NUL byte, which no path can hold"
+    try:
+        encoded = os.fsencode(value)
+    except UnicodeEncodeError:
+        return "contains a character the filesystem encoding cannot hold (an unpaired UTF-16 surrogate)"
+    if len(encoded) >= PATH_MAX:
+        return f"longer than {PATH_MAX - 1} bytes (PATH_MAX): no system call takes it"
+    if any(len(part) > NAME_MAX for part in encoded.split(b"/")):
+        return f"has a component longer than {NAME_MAX} bytes (NAME_MAX): no system call takes it"
+    if kind == SOCKET and len(encoded) > SUN_PATH_MAX:
+        return f"longer than {SUN_PATH_MAX} bytes, the most a Unix socket path can have (sockaddr_un)"
+    return None
 
 
 class InputLimitError(Exception):
@@ -133,6 +170,8 @@ def yaml_index(root: yaml.Node | None) -> tuple[dict[str, int], list[ConfigIssue
 
 
 def _describe(t: mi.Type) -> str:
+    if isinstance(t, mi.Metadata):
+        return "a path" if (t.extra or {}).get(PATH_META) else _describe(t.type)
     if isinstance(t, mi.StructType):
         return "a mapping"
     if isinstance(t, mi.ListType):
@@ -178,6 +217,8 @@ def _in_bounds(value: float, t: mi.IntType | mi.FloatType) -> bool:
 
 def _matches(t: mi.Type, value: Any) -> bool:
     """Shallow check used to pick a union member."""
+    if isinstance(t, mi.Metadata):
+        return _matches(t.type, value)
     if isinstance(t, mi.NoneType):
         return value is None
     if isinstance(t, mi.StrType):
@@ -198,6 +239,14 @@ def _matches(t: mi.Type, value: Any) -> bool:
 
 
 def _check(t: mi.Type, value: Any, path: str, out: list[ConfigIssue], redact: frozenset[str] | set[str]) -> None:
+    if isinstance(t, mi.Metadata):
+        kind = (t.extra or {}).get(PATH_META)
+        if kind and isinstance(value, str):
+            if why := path_problem(value, kind):
+                out.append(ConfigIssue(path, why))
+            return
+        _check(t.type, value, path, out, redact)
+        return
     if isinstance(t, mi.UnionType):
         for member in t.types:
             if _matches(member, value):

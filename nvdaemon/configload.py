@@ -24,7 +24,16 @@ import yaml
 from nvdaemon import goconfig
 from nvdaemon.compat.node_exporter.options import node_exporter_issues
 from nvdaemon.config import DEFAULT_LISTEN, MAX_CONFIG_BYTES, Config, ConfigError, LoadedConfig
-from nvdaemon.configcheck import ENV_VAR, ConfigIssue, InputLimitError, check_against, load_yaml, locate
+from nvdaemon.configcheck import (
+    ENV_VAR,
+    REQUIRED,
+    ConfigIssue,
+    InputLimitError,
+    check_against,
+    load_yaml,
+    locate,
+    path_problem,
+)
 from nvdaemon.sinks.nvsentinel_config import normalise_xid_keys, nvsentinel_issues
 from nvdaemon.sinks.webhook_config import webhook_issues
 
@@ -147,6 +156,10 @@ def parse_config(
     issues += duplicates
     issues += check_against(Config, raw, redact=expanded)
     issues += _semantic_checks(raw)
+    if host_root is not None and (why := path_problem(str(host_root), REQUIRED)):
+        issues.append(ConfigIssue("--host-root", why))
+    if not raw.get("stateDir") and (why := path_problem(str(default_state_dir(env)), REQUIRED)):
+        issues.append(ConfigIssue("stateDir", f"not set, and the default from XDG_STATE_HOME {why}"))
     if issues:
         raise ConfigError(source, locate(issues, lines))
     cfg = msgspec.convert(raw, Config)
@@ -174,6 +187,8 @@ def load_config(path: str | None, env: Mapping[str, str] | None = None, host_roo
     if path is None:
         text = resources.files("nvdaemon").joinpath("default.yaml").read_text(encoding="utf-8")
         return parse_config(text, "<embedded default>", env, host_root)
+    if why := path_problem(path, REQUIRED):  # open() would raise ValueError; the name is shown escaped
+        raise ConfigError(ascii(path), [ConfigIssue("", f"not a usable config file name: it {why}")])
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_CONFIG_BYTES + 1)  # never more: a wrong path may name a huge file

@@ -5,8 +5,10 @@ two states, unlike the Go agent which keyed on (metric, device) only. A conditio
 consecutive breaching samples (ENTER) and inactive after ``exitFor`` consecutive clear ones (EXIT). A series that
 stops arriving while active stays active and is marked stale: a vanished device is not a healthy one.
 
-``EngineState`` is what must survive a restart: the event sequence number and the active conditions (see
-``dump_state`` / ``load_state``); the per-series counters are cheap to rebuild and are not persisted.
+``EngineState`` is what must survive a restart: the event sequence number, the active conditions and the GPUs lost
+now (see ``dump_state`` / ``load_state``); the per-series counters are cheap to rebuild and are not persisted. Every
+event seq is drawn here (``draw_seq``); where it may be issued without ever being issued twice is the durable mark
+``nvdaemon/seqmark.py`` keeps in stateDir and records in ``EngineState.reserved``.
 """
 
 from __future__ import annotations
@@ -104,9 +106,25 @@ class SeriesCounters:
 
 @dataclass
 class EngineState:
-    seq: int = 0
+    seq: int = 0  # the last event seq issued
     active: dict[SeriesKey, ActiveCondition] = field(default_factory=dict)
     series: dict[SeriesKey, SeriesCounters] = field(default_factory=dict)
+    # The gpu_lost ENTER of every GPU lost now, by event id: conditions no rule owns (nvdaemon/gpu keeps them up to
+    # date), persisted beside the rule conditions so that a restart neither repeats the ENTER nor loses the EXIT.
+    lost_gpus: dict[str, Event] = field(default_factory=dict)
+    # The seq up to which stateDir holds a reservation (nvdaemon/seqmark.py); None: no mark is kept (the engine
+    # alone, in tests). ``unreserved`` counts the seqs issued past it: a restart before the next reservation is
+    # saved could issue those again.
+    reserved: int | None = None
+    unreserved: int = 0
+
+
+def draw_seq(state: EngineState) -> int:
+    """The next event seq: the one ordering of rule, XID and lost-GPU events."""
+    state.seq += 1
+    if state.reserved is not None and state.seq > state.reserved:
+        state.unreserved += 1
+    return state.seq
 
 
 def _rate(counters: SeriesCounters, sample: Sample) -> float | None:
@@ -122,7 +140,7 @@ def _rate(counters: SeriesCounters, sample: Sample) -> float | None:
 def _event(
     state: EngineState, cond: ActiveCondition, phase: Phase, node: str, now: float, new_id: IdFactory, **extra: object
 ) -> Event:
-    state.seq += 1
+    seq = draw_seq(state)
     detail: dict[str, object] = {
         "value": cond.value,
         "threshold": cond.threshold,
@@ -140,7 +158,7 @@ def _event(
         condition=cond.condition,
         phase=phase,
         severity=cond.severity,
-        seq=state.seq,
+        seq=seq,
         started_at=cond.started_at,
         ended_at=now if phase is Phase.EXIT else None,
         detail=detail,
@@ -245,10 +263,12 @@ class _Persisted(msgspec.Struct):
     version: int
     seq: int
     active: list[ActiveCondition]
+    lost_gpus: list[Event] = msgspec.field(default_factory=list)  # absent from files written before it existed
 
 
 def dump_state(state: EngineState) -> bytes:
-    return msgspec.json.encode(_Persisted(version=1, seq=state.seq, active=list(state.active.values())))
+    lost = sorted(state.lost_gpus.values(), key=lambda ev: ev.seq)
+    return msgspec.json.encode(_Persisted(version=1, seq=state.seq, active=list(state.active.values()), lost_gpus=lost))
 
 
 def load_state(data: bytes) -> EngineState:
@@ -261,4 +281,5 @@ def load_state(data: bytes) -> EngineState:
         # Until its series is seen again, a restored condition's device is unconfirmed.
         cond.stale = True
         state.active[(cond.rule_key, cond.metric, cond.device, labels)] = cond
+    state.lost_gpus = {ev.id: ev for ev in persisted.lost_gpus}
     return state

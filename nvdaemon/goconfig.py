@@ -17,13 +17,14 @@ from typing import Any, TypeGuard
 
 from nvdaemon.compat.node_exporter.flags import node_exporter_flags
 from nvdaemon.config import HISTORY_FILE_IN_DATA_DIR as HISTORY_FILE_IN_DATA_DIR  # noqa: PLC0414 (re-export)
-from nvdaemon.configcheck import ENV_VAR, ConfigIssue
+from nvdaemon.configcheck import ENV_VAR, ConfigIssue, path_problem
 from nvdaemon.sinks import webhook_url
 
 GO_LISTEN = ":9847"  # the Go agent's listenAddr when it is empty
 GO_INTERVAL_SECONDS = 15
 GO_HISTORY_DEFAULTS = {"retentionDays": 1825, "intervalMinutes": 5}
 TIERS = ("core", "smart", "gpu")
+TEXTFILE_FLAG = "--collector.textfile.directory="  # the one node_exporter flag whose value is a path
 
 
 _EXACT_VAR = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
@@ -38,7 +39,7 @@ def _section(tree: dict[str, Any], key: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _set_str(value: Any) -> bool:
+def _set_str(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and value != ""
 
 
@@ -174,8 +175,10 @@ def _node_exporter(raw: dict[str, Any], issues: list[ConfigIssue], notes: list[s
     ne = _section(raw, "nodeExporter")
     if ne is None:
         return
+    # A Go key's value that is no usable path stays where it was written, so that the struct check reports it at
+    # that key (configcheck.path_problem) and not a second time at ours.
     go_dir, ours = ne.get("textfileDir"), ne.get("textfileDirectory")
-    if _set_str(go_dir):
+    if _set_str(go_dir) and not path_problem(go_dir):
         if _set_str(ours) and ours != go_dir:
             issues.append(
                 ConfigIssue(
@@ -189,7 +192,7 @@ def _node_exporter(raw: dict[str, Any], issues: list[ConfigIssue], notes: list[s
     rootfs = ne.get("rootfsPath")
     if rootfs == "":
         derived["filesystem"] = False  # Go: no host root, no filesystem collector (not the container's mounts)
-    elif _set_str(rootfs):
+    elif _set_str(rootfs) and not path_problem(rootfs):
         if _set_str(raw.get("rootfs")) and raw["rootfs"] != rootfs:
             issues.append(ConfigIssue("nodeExporter.rootfsPath", "rootfsPath and rootfs are both set and differ"))
         else:
@@ -201,6 +204,7 @@ def _node_exporter(raw: dict[str, Any], issues: list[ConfigIssue], notes: list[s
         )
     flags = ne.get("extraFlags")
     if isinstance(flags, list):
+        flags = [_textfile_flag(flag, f"nodeExporter.extraFlags[{i}]", issues) for i, flag in enumerate(flags)]
         flag_issues, flag_notes, from_flags = node_exporter_flags(flags, ne)
         issues += flag_issues
         notes += flag_notes
@@ -208,6 +212,15 @@ def _node_exporter(raw: dict[str, Any], issues: list[ConfigIssue], notes: list[s
     explicit = ne.get("collectors")
     if derived and (explicit is None or isinstance(explicit, dict)):
         ne["collectors"] = {**derived, **(explicit or {})}  # an explicit collectors entry wins over rootfsPath ""
+
+
+def _textfile_flag(flag: Any, path: str, issues: list[ConfigIssue]) -> Any:
+    """``flag``, or None (skipped by ``node_exporter_flags``, its index kept) when it sets the textfile directory to
+    something no path can be: reported here, at the flag the operator wrote."""
+    if isinstance(flag, str) and flag.startswith(TEXTFILE_FLAG) and (why := path_problem(flag[len(TEXTFILE_FLAG) :])):
+        issues.append(ConfigIssue(path, f"the textfile directory {why}"))
+        return None
+    return flag
 
 
 def _history(raw: dict[str, Any], notes: list[str]) -> None:

@@ -39,6 +39,10 @@ class EngineView(Protocol):
     def active(self) -> Mapping[SeriesKey, ActiveCondition]: ...
     @property
     def seq(self) -> int: ...
+    @property
+    def reserved(self) -> int | None: ...  # the seq up to which stateDir holds a reservation (nvdaemon/seqmark.py)
+    @property
+    def unreserved(self) -> int: ...  # seqs issued past the saved reservation since the start
 
 
 class BusView(Protocol):

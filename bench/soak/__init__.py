@@ -15,6 +15,9 @@ its ``stateDir`` in the soak's work directory. While it runs:
 - **SIGHUP** every 5-10 s with a harmless config change (the load threshold 16 <-> 17, which the toggled load
   crosses either way; a rule that never fires added or removed);
 - **SIGKILL** half-way, then a restart on the same stateDir;
+- **a reload storm** (``bench/soak/storm.py``) at 80% of the run: 200 SIGHUPs in 10 s alternating two configs that
+  differ only in the webhook endpoint's ``timeoutSeconds``, so every reload applied replaces the endpoint, with a
+  correctable burst at its start and half-way;
 - **a full stateDir** (``bench/soak/disk.py``; root only, else skipped and said so in the verdict): the stateDir is
   a 128 MiB tmpfs of its own; at 60% of the run a ballast file fills it to the last byte for a tenth of the run (at
   least 8 s), then is deleted.
@@ -36,7 +39,11 @@ agent drains, and the soak checks (figures for each; any FAIL makes the verdict 
 9. emitted = delivered + counted drops, exactly: every emitted event was acked, or dropped and logged by id (the
    webhook logs each drop with its ids), or lost with the kill; the last run's drop counters equal its logged drops;
 10. the full stateDir showed (the endpoint ``degraded`` with ``stateWritable`` false, ``nodevitals_sink_state_writable``
-    0) and was recovered from (writable again, nothing left ``unspooled``).
+    0) and was recovered from (writable again, nothing left ``unspooled``);
+11. the reload storm: every SIGHUP sent and answered (reloads applied, none rejected; check 5 counts them too),
+    ``/healthz`` 200 each time it was asked during the storm, ``nodevitals_delivery_dropped_total`` never went down;
+    checks 1 and 9 cover its events (a duplicate is allowed where an ack's connection was closed by the agent right
+    after it, a request cancelled by the replacement; check 7 measures the run from the storm's end).
 
 Where "every event the engine emitted" comes from: the agent logs each event (logger ``nvdaemon.events``, JSON with
 the event) in ``Agent.emit`` *before* publishing it to the bus, so the two runs' logs list every event emitted, by

@@ -11,8 +11,11 @@ Every request is verified with the ``standardwebhooks`` library and parsed with 
 
 An ack is only ever written as a whole response on a connection the receiver keeps open, so the sender reads it.
 The one exception is the cut when the receiver goes down: a 200 written just before the cut may never have been read
-by the sender, which then (rightly) sends the event again. Such acks are marked ``unconfirmed`` (written on a
-connection cut within ``CUT_WINDOW`` seconds), so the verdict can tell that duplicate from a sender bug.
+by the sender, which then (rightly) sends the event again. The same holds for an ack the sender closed its
+connection right after: its request was cancelled before it read the answer (the reload storm replaces the endpoint
+while a request is out; its successor sends the event again). Such acks are marked ``unconfirmed`` (written on a
+connection cut within ``CUT_WINDOW`` seconds, or closed by the sender within ``CLOSE_WINDOW``), so the verdict can
+tell that duplicate from a sender bug.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tests.sinks.receiver import parse_cloudevent, signature_ok
 
 MODES = ("ok", "500", "hang", "down")
 CUT_WINDOW = 2.0  # an ack written this long before its connection was cut may not have been read
+CLOSE_WINDOW = 0.5  # likewise before the sender closed the connection (its request cancelled while it waited)
 DOWN_GRACE = 0.3  # going down: requests in flight get this long to finish before the connections are cut
 
 
@@ -63,6 +67,7 @@ class FlappingReceiver:
         self._conns: dict[int, socket.socket] = {}
         self._next_conn = 0
         self._cuts: dict[int, float] = {}  # connection -> when the receiver cut it
+        self._closes: dict[int, float] = {}  # connection -> when it ended otherwise (the sender closed it)
         self.port = free_port()
 
     @property
@@ -123,10 +128,13 @@ class FlappingReceiver:
             return list(self.receipts)
 
     def unconfirmed(self, r: Receipt) -> bool:
-        """An ack written shortly before (or while) the receiver cut its connection: maybe never read."""
+        """An ack written shortly before (or while) the receiver cut its connection, or just before the sender closed
+        it: maybe never read."""
         with self.lock:
-            cut = self._cuts.get(r.conn)
-        return r.answered == "200" and cut is not None and cut - r.at < CUT_WINDOW
+            cut, closed = self._cuts.get(r.conn), self._closes.get(r.conn)
+        if r.answered != "200":
+            return False
+        return (cut is not None and cut - r.at < CUT_WINDOW) or (closed is not None and closed - r.at < CLOSE_WINDOW)
 
     def acked_ids(self) -> set[str]:
         with self.lock:
@@ -150,6 +158,8 @@ class FlappingReceiver:
             def finish(self) -> None:
                 with receiver.lock:
                     receiver._conns.pop(self.conn_id, None)
+                    if self.conn_id not in receiver._cuts:  # the sender closed it (or a hang/drop: no ack there)
+                        receiver._closes[self.conn_id] = time.monotonic()
                 with contextlib.suppress(OSError):
                     super().finish()
 

@@ -27,6 +27,7 @@ from bench.soak.clients import Reader, StallEpisode, stall
 from bench.soak.disk import StateDisk
 from bench.soak.host import Host, write_atomic
 from bench.soak.receiver import FlappingReceiver
+from bench.soak.storm import STORM_AT, Storm, check_storm, reload_storm
 from bench.soak.verdict import Check, FullPhase, Kill, LoggedEvent, Run, Verdict, parse_drops, parse_log
 from nvdaemon import engine
 from nvdaemon.sinks.spool import DEAD, PENDING, SpoolDB
@@ -80,6 +81,8 @@ class Soak:
         self.connector = FakeConnector(self.socket_path, NODE, self.connector_token)
         self.load_threshold = 16
         self.extra_rule = False
+        self.webhook_timeout = WEBHOOK_TIMEOUT  # the reload storm flips it: each applied reload replaces the endpoint
+        self.storm = Storm()
         self.runs: list[Run] = []
         self.lock = trio.Lock()  # held while signalling or replacing the agent process
         self.kill = Kill()
@@ -146,7 +149,7 @@ class Soak:
                     {
                         "url": self.receiver.url,
                         "secret": self.secret,
-                        "timeoutSeconds": WEBHOOK_TIMEOUT,
+                        "timeoutSeconds": self.webhook_timeout,
                         "backoffBaseSeconds": 0.2,
                         "backoffMaxSeconds": 2,
                     }
@@ -381,6 +384,7 @@ class Soak:
                     for reader in self.readers:
                         chaos.start_soon(reader.run)
                     chaos.start_soon(self.kill_and_restart, began + self.seconds / 2)
+                    chaos.start_soon(reload_storm, self, self.storm, began + self.seconds * STORM_AT)
                     if self.disk.mounted:  # after the restart, well before the end
                         hold = max(8.0, self.seconds / 10)
                         chaos.start_soon(self.fill_state_dir, began + self.seconds * 0.6, hold)
@@ -457,6 +461,7 @@ class Soak:
             verdict.check_connector(self.connector, final),
             verdict.check_stream(self.readers, self.episodes, logged),
             verdict.check_reloads(self.runs, self.reload_timeouts),
+            check_storm(self.storm),
             verdict.check_tasks(before, final, health.status_code if health else None),
             *verdict.check_resources(self.runs, self.warmup),
             Check(

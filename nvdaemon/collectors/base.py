@@ -19,6 +19,10 @@ attribute (the kernel serves at most a page), ``PROC_FILE_MAX`` for a /proc or r
 cap is an error of the collector reading it (``FileTooLarge``), found by reading at most cap + 1 bytes; a file that
 is not a regular file (a sensor symlinked to /dev/zero, a FIFO) is refused without opening it, and files are
 opened with O_NONBLOCK so a FIFO swapped in after that check cannot hang the open.
+
+A text file read is then checked for its shape (``text_limits``: lines per file, bytes per line) on the bytes,
+before any parser splits them; a file out of shape is a ``ParseError`` of every collector reading it. Those limits,
+and what a parse may yield (fields per line, entries per file, label length, problems kept), are in ``bounds``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from nvdaemon.collectors.bounds import LINES_MAX, check_lines, line_limits
 from nvdaemon.goparse import ParseError as ParseError  # noqa: PLC0414 (re-exported: collectors raise it too)
 from nvdaemon.model import Sample
 
@@ -79,6 +84,14 @@ class NotRegularFile(OSError):
 
     def __init__(self, path: HostPath, kind: str) -> None:
         super().__init__(errno.EINVAL, f"not a regular file ({kind}), not read", str(path))
+
+
+def text_limits(path: HostPath, limit: int) -> tuple[int, int] | None:
+    """``(longest line in bytes, most lines)`` of a text file read with the byte cap ``limit``; None for a sysfs
+    attribute, whose 64 KiB cap already bounds what a parse of it can make."""
+    if limit <= SYSFS_ATTR_MAX:
+        return None
+    return line_limits(path, limit >= PROC_TABLE_MAX)
 
 
 @dataclass
@@ -210,9 +223,14 @@ def read_bounded(path: HostPath, limit: int) -> bytes:
 
 def _read_file(path: HostPath, limit: int) -> str:
     try:
-        return read_bounded(path, limit).decode("utf-8", errors="replace")
+        data = read_bounded(path, limit)
     except FileNotFoundError as exc:
         raise NotPresent(str(path)) from exc
+    if len(data) > LINES_MAX:  # a shorter file is in shape whatever its kind: no line or line count can be over
+        shape = text_limits(path, limit)
+        if shape is not None:
+            check_lines(data, path, *shape)
+    return data.decode("utf-8", errors="replace")
 
 
 class _Entry:

@@ -24,6 +24,7 @@ from nvdaemon.collectors.base import (
     interpreted,
     read_text,
 )
+from nvdaemon.collectors.bounds import ENTRIES_MAX, Problems, split_fields, too_many
 from nvdaemon.model import Kind, Sample
 
 _CPU_NAME = re.compile(r"cpu[0-9]*", re.ASCII)
@@ -38,7 +39,7 @@ class CpuStat:
     times: dict[str, tuple[int, ...]] = field(default_factory=dict)  # "cpu" (aggregate), "cpu0", ...
     counters: dict[str, int] = field(default_factory=dict)  # keys of _COUNTERS
     cpu_count: int = 0  # cpuN lines seen: the online CPUs
-    errors: list[str] = field(default_factory=list)
+    errors: Problems = field(default_factory=Problems)
 
 
 def read_stat(roots: HostRoots) -> str:
@@ -68,18 +69,23 @@ def _counter(key: str, tokens: list[str]) -> int:
 def parse_stat(text: str) -> CpuStat:
     """Parse /proc/stat. A malformed line is listed in ``errors``; no usable aggregate ``cpu`` line raises."""
     stat = CpuStat()
+    capped = False  # more than ENTRIES_MAX cpuN lines: the rest are not read
     for line in text.splitlines():
-        fields = line.split()
-        if not fields:
+        # The key alone first: the intr line (one count per IRQ, up to a MiB) is never split whole.
+        head = line.split(None, 1)
+        if not head:
             continue
-        key = fields[0]
+        key = head[0]
         try:
             if _CPU_NAME.fullmatch(key):
-                if key != "cpu":
-                    stat.cpu_count += 1
-                stat.times[key] = _cpu_times(key, fields[1:])
+                if key in stat.times or len(stat.times) <= ENTRIES_MAX:  # the aggregate line and ENTRIES_MAX CPUs
+                    stat.cpu_count += key != "cpu"
+                    stat.times[key] = _cpu_times(key, split_fields(line, f"/proc/stat: {key}")[1:])
+                elif not capped:
+                    capped = True
+                    stat.errors.append(too_many("/proc/stat"))
             elif key in _COUNTERS:
-                stat.counters[key] = _counter(key, fields[1:])
+                stat.counters[key] = _counter(key, line.split(None, 2)[1:2])
         except ParseError as exc:
             stat.errors.append(str(exc))
     if "cpu" not in stat.times:
@@ -98,7 +104,7 @@ class CpuCollector(Collector):
 
     def gather(self, roots: HostRoots) -> Gathered:
         stat = parse_stat(read_stat(roots))
-        return Gathered(stat, errors=list(stat.errors))
+        return Gathered(stat, errors=stat.errors.summary())
 
     def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         stat: CpuStat = gathered.data

@@ -29,6 +29,7 @@ from nvdaemon.collectors.base import (
     interpreted,
     read_table,
 )
+from nvdaemon.collectors.bounds import ENTRIES_MAX, FIELDS_MAX, LABEL_MAX, Problems, too_many
 from nvdaemon.model import Kind, Sample
 
 _UINT = re.compile(r"[0-9]{1,25}", re.ASCII)  # bounded: int() refuses very long digit strings
@@ -56,7 +57,7 @@ WHOLE_METRICS: dict[int, tuple[str, int, int, Kind]] = {
 @dataclass
 class DiskStats:
     devices: dict[str, tuple[int, ...]] = field(default_factory=dict)  # every line, partitions included
-    errors: list[str] = field(default_factory=list)
+    errors: Problems = field(default_factory=Problems)
 
 
 def read_diskstats(roots: HostRoots) -> str:
@@ -75,18 +76,22 @@ def parse_diskstats(text: str) -> DiskStats:
     """Parse /proc/diskstats. A malformed line goes to ``errors``; only malformed lines at all raises."""
     stats = DiskStats()
     for line in text.splitlines():
-        fields = line.split()
+        fields = line.split(None, FIELDS_MAX)  # at most 23 in a real line; a longer one is not split whole
         if not fields:
             continue
         values = fields[3:]
         if (
             len(values) not in _FIELD_COUNTS
+            or len(fields[2]) > LABEL_MAX
             or not _UINT.fullmatch(fields[0])
             or not _UINT.fullmatch(fields[1])
             or not all_uints(values)
         ):
             stats.errors.append(f"/proc/diskstats: malformed line {line.strip()[:80]!r}")
             continue
+        if len(stats.devices) >= ENTRIES_MAX and fields[2] not in stats.devices:
+            stats.errors.append(too_many("/proc/diskstats"))
+            break
         stats.devices[fields[2]] = tuple(map(int, values))
     if stats.errors and not stats.devices:
         raise ParseError(stats.errors[0])
@@ -111,7 +116,7 @@ class DiskStatsCollector(Collector):
         stats = parse_diskstats(read_diskstats(roots))  # NotPresent without /proc/diskstats
         block = read_block_devices(roots)
         whole = frozenset(n for n in stats.devices if is_whole_disk(n, block))
-        return Gathered((stats.devices, whole), errors=list(stats.errors))
+        return Gathered((stats.devices, whole), errors=stats.errors.summary())
 
     def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         devices: dict[str, tuple[int, ...]]

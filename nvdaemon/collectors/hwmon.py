@@ -29,6 +29,7 @@ from nvdaemon.collectors.base import (
     interpreted,
     read_attr,
 )
+from nvdaemon.collectors.bounds import label_value
 from nvdaemon.model import Kind, Sample, make_labels
 
 Reader = Callable[[str], str]  # a file's text, by its path
@@ -87,10 +88,10 @@ def _chip_name(chip: str, read: Reader, problems: list[tuple[str, Exception]]) -
     """The chip's ``name`` (in the hwmon directory, or in ``device/`` for drivers of the older layout)."""
     for where in (chip, f"{chip}/device"):
         try:
-            return read(f"{where}/name").strip() or os.path.basename(chip)
+            return label_value(read(f"{where}/name").strip(), "chip name") or os.path.basename(chip)
         except NotPresent:
             continue
-        except OSError as exc:
+        except (OSError, ParseError) as exc:
             problems.append((f"{where}/name", exc))
             break
     return os.path.basename(chip)
@@ -139,8 +140,8 @@ def read_chip(chip: str, read: Reader, problems: list[tuple[str, Exception]]) ->
         label = ""
         if "label" in attrs:
             try:
-                label = read(f"{stem}label").strip()
-            except (OSError, NotPresent) as exc:
+                label = label_value(read(f"{stem}label").strip(), "sensor label")
+            except (OSError, NotPresent, ParseError) as exc:
                 problems.append((f"{stem}label", exc))
         wanted = [a for a in ("input", "crit", "average") if a in attrs and (kind, a) in _METRICS]
         if kind == "power" and "input" in wanted and "average" in wanted:

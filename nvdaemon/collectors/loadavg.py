@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_text
+from nvdaemon.collectors.bounds import split_fields
 from nvdaemon.model import Kind, Sample
 
 # ASCII-only patterns: ``float``/``int`` would also accept "nan", "1_0" or Arabic-Indic digits.
@@ -31,8 +32,9 @@ def read_loadavg(roots: HostRoots) -> str:
 
 
 def parse_loadavg(text: str) -> LoadAvg:
-    """Parse the single line of /proc/loadavg; anything else is a ``ParseError``."""
-    fields = text.split()
+    """Parse the single line of /proc/loadavg; anything else (more than ``FIELDS_MAX`` fields included: the
+    kernel writes 5) is a ``ParseError``."""
+    fields = split_fields(text, "/proc/loadavg")  # the whole text, as node_exporter's strings.Fields takes it
     if len(fields) < 4:
         raise ParseError(f"/proc/loadavg: expected at least 4 fields, got {len(fields)}")
     loads: list[float] = []

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_text
+from nvdaemon.collectors.bounds import Problems
 from nvdaemon.model import Kind, Sample
 
 _LINE = re.compile(r"([^\s:]+):\s*([0-9]{1,25})(?:\s+(kB))?\s*", re.ASCII)  # bounded digits: int() limit
@@ -40,7 +41,8 @@ _DIRECT = {
 @dataclass
 class MemInfo:
     values: dict[str, int] = field(default_factory=dict)  # bytes for kB lines, plain counts otherwise
-    errors: list[str] = field(default_factory=list)
+    # Lines that did not parse; the read's shape check (at most LINES_MAX lines) bounds ``values`` too.
+    errors: Problems = field(default_factory=Problems)
 
 
 def read_meminfo(roots: HostRoots) -> str:
@@ -76,7 +78,7 @@ class MemoryCollector(Collector):
 
     def gather(self, roots: HostRoots) -> Gathered:
         info = parse_meminfo(read_meminfo(roots))
-        return Gathered(info, errors=list(info.errors))
+        return Gathered(info, errors=info.errors.summary())
 
     def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         values: dict[str, int] = gathered.data.values

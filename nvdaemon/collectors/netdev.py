@@ -20,6 +20,7 @@ from nvdaemon.collectors.base import (
     interpreted,
     read_table,
 )
+from nvdaemon.collectors.bounds import ENTRIES_MAX, FIELDS_MAX, LABEL_MAX, Problems, too_many
 from nvdaemon.model import Kind, Sample
 
 _FIELDS = 16
@@ -40,7 +41,7 @@ _SKIP = frozenset({"lo"})
 @dataclass
 class NetDev:
     interfaces: dict[str, tuple[int, ...]] = field(default_factory=dict)  # every interface, lo included
-    errors: list[str] = field(default_factory=list)
+    errors: Problems = field(default_factory=Problems)
 
 
 def read_netdev(roots: HostRoots) -> str:
@@ -55,11 +56,14 @@ def parse_netdev(text: str) -> NetDev:
             continue
         name, sep, rest = line.partition(":")
         name = name.strip()
-        values = rest.split()
-        if not sep or not name or " " in name:
+        if not sep or not name or " " in name or len(name) > LABEL_MAX:
             result.errors.append(f"/proc/net/dev: malformed line {line[:60]!r}")
             continue
-        if len(values) < _FIELDS or not all_uints(values[:_FIELDS]):
+        if len(result.interfaces) >= ENTRIES_MAX and name not in result.interfaces:
+            result.errors.append(too_many("/proc/net/dev"))
+            break
+        values = rest.split(None, FIELDS_MAX)  # a real line has 16 values; a longer one is not split whole
+        if len(values) < _FIELDS or len(values) > FIELDS_MAX or not all_uints(values[:_FIELDS]):
             result.errors.append(f"/proc/net/dev: {name}: expected {_FIELDS} counters, got {rest.strip()[:60]!r}")
             continue
         result.interfaces[name] = tuple(map(int, values[:_FIELDS]))
@@ -75,7 +79,7 @@ class NetDevCollector(Collector):
 
     def gather(self, roots: HostRoots) -> Gathered:
         parsed = parse_netdev(read_netdev(roots))
-        return Gathered(parsed, errors=list(parsed.errors))
+        return Gathered(parsed, errors=parsed.errors.summary())
 
     def interpret(self, gathered: Gathered, now: float) -> Interpreted:
         data: NetDev = gathered.data

@@ -33,9 +33,13 @@ from nvdaemon.collectors.base import (
     interpreted,
     read_attr,
 )
+from nvdaemon.collectors.bounds import Problems
 from nvdaemon.model import Kind, Sample, make_labels
 
 _LINE = re.compile(r"(\S+)\s+([0-9]{1,25})\s*", re.ASCII)
+# One line per bit of a 32-bit AER status register, and the total: a file of more lines is not the kernel's.
+LINES_MAX = 64
+NAME_MAX = 64  # an error type is a label value; the kernel's longest name ("ERR_UNCOR_bit[31]"-like) is under 20
 
 # severity -> (file name, total line name, total metric)
 SEVERITIES: dict[str, tuple[str, str, str]] = {
@@ -47,23 +51,28 @@ SEVERITIES: dict[str, tuple[str, str, str]] = {
 
 def parse_aer(text: str, total_name: str) -> tuple[dict[str, int], list[str]]:
     """Parse one aer_dev_* file into ``({name: count} in file order, skipped lines)``, its ``total_name`` line
-    included when present (the Go agent's test files have none). A line that is not ``<Name> <count>``, or is
-    another file's TOTAL_ line, is skipped and described in the second item; a file with no usable line raises."""
+    included when present (the Go agent's test files have none). A line that is not ``<Name> <count>`` (a name over
+    ``NAME_MAX`` characters included), or is another file's TOTAL_ line, is skipped and described in the second item
+    (the first ``ERRORS_MAX`` word for word, then a count); lines past ``LINES_MAX`` are not read; a file with no
+    usable line raises."""
     lines: dict[str, int] = {}
-    skipped: list[str] = []
+    skipped = Problems()
     for line in text.splitlines():
         if not line.strip():
             continue
         m = _LINE.fullmatch(line)
-        if m is None:
+        if m is None or len(m.group(1)) > NAME_MAX:
             skipped.append(f"skipped malformed line {line[:60]!r}")
         elif m.group(1).startswith("TOTAL_") and m.group(1) != total_name:
             skipped.append(f"skipped unexpected {m.group(1)[:40]} line, wanted {total_name}")
+        elif len(lines) >= LINES_MAX and m.group(1) not in lines:
+            skipped.append(f"more than {LINES_MAX} lines, the rest not read")
+            break
         else:
             lines[m.group(1)] = int(m.group(2))
     if not lines:
         raise ParseError("no counts" + (f" ({skipped[0]})" if skipped else ""))
-    return lines, skipped
+    return lines, skipped.summary()
 
 
 # Paths are plain strings here: a node has hundreds of PCI devices, and building a Path for each of their files cost

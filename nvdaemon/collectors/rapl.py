@@ -35,6 +35,7 @@ from nvdaemon.collectors.base import (
     interpreted,
     read_attr,
 )
+from nvdaemon.collectors.bounds import label_value
 from nvdaemon.model import Kind, Sample, make_labels
 
 log = logging.getLogger(__name__)
@@ -119,11 +120,14 @@ class RaplCollector(Collector):
     def _zone_name(self, zone: str, path: str, errors: list[str]) -> str:
         """The zone's ``name`` file, or "" when it is missing (silently) or unreadable (listed in ``errors``)."""
         try:
-            return self._read(f"{path}/name").strip()
+            return label_value(self._read(f"{path}/name").strip(), f"{zone}/name")
         except NotPresent:
             return ""
         except OSError as exc:
             errors.append(f"{zone}/name: {exc.strerror or exc}")
+            return ""
+        except ParseError as exc:  # a name too long for a label (it names the file)
+            errors.append(str(exc))
             return ""
 
     def interpret(self, gathered: Gathered, now: float) -> Interpreted:

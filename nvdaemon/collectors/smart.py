@@ -15,7 +15,9 @@ never run 24 smartctl at once), and the gather's own time limit is derived from 
 
 *Unreadable is not silent*: a device smartctl cannot open is logged once (per device and reason) with the reason
 and the fix, reported as ``nodevitals_smart_device_readable{device} 0``, listed in ``/v1/status`` and counted as a
-collector error. Output that is garbage or cut short costs only that device (a counted parse error).
+collector error. Output that is garbage or cut short costs only that device (a counted parse error); output over
+``smart_edge.STDOUT_LIMIT`` (1 MiB) gets the run killed and the device reported in state ``error`` (a counted,
+logged collector error), never read whole.
 """
 
 from __future__ import annotations
@@ -121,6 +123,8 @@ def read_device(device: str, path: Path, interface: str | None, smartctl_path: s
         disk, failure = None, exc
     if runner.timed_out:
         return Outcome(device, "timeout", reason=runner.timed_out, interface=interface)
+    if runner.overflow:  # not an absent or sleeping disk: something answers, and not as smartctl does
+        return Outcome(device, "error", reason=runner.overflow, interface=interface)
     for call in runner.calls:
         said = reason_of(call.stdout + "\n" + call.stderr)
         if said is not None and (call.returncode & 2 or said[0] == "unreadable"):

@@ -7,6 +7,8 @@ The narrow edge it calls is replaced (``RecordingSmartctl``) so that every run
 - carries ``--nocheck=standby``: a sleeping disk answers "in STANDBY mode" and is left asleep, never spun up;
 - runs in its own process group with the C locale and a hard timeout (``smart.timeoutSeconds``), after which the
   whole group is SIGKILLed and reaped: a stuck smartctl is killed, never abandoned;
+- has its stdout and stderr read in 64 KiB chunks through a byte limit (``STDOUT_LIMIT``, 1 MiB): one that prints
+  more is killed the same way, and the device is reported broken for that cycle;
 - is recorded (arguments, exit status, output) so the collector can tell *unreadable* (open refused: permission,
   capability), *standby*, *timeout* and *unparseable* apart, which pySMART itself does not report.
 
@@ -21,10 +23,12 @@ import atexit
 import contextlib
 import logging
 import os
+import selectors
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -33,8 +37,21 @@ from typing import Any
 NOCHECK = "--nocheck=standby"
 
 
+# What one smartctl run may print. ``smartctl --all`` prints 5-20 KB for a SATA or NVMe disk and a few tens of KB for
+# a SAS disk with long logs (the recordings in fixtures/smartctl are 3-7 KB); 1 MiB is tens of times the largest real
+# output and keeps the worst case small: ``smart.maxConcurrent`` runs (4 by default) each hold at most this as bytes
+# and once more as text. A run that prints more is not smartctl answering: it is killed, the device reported broken.
+STDOUT_LIMIT = 1024 * 1024
+STDERR_LIMIT = 64 * 1024  # smartctl's stderr carries a line or two (an open error, a usage message)
+CHUNK = 64 * 1024  # one read from a pipe: what a runaway process costs above the limit at most
+
+
 class SmartctlTimeout(Exception):
     pass
+
+
+class SmartctlOverflow(Exception):
+    """smartctl printed more than ``STDOUT_LIMIT`` (or ``STDERR_LIMIT``): killed, its output thrown away."""
 
 
 @dataclass
@@ -55,14 +72,16 @@ def _killpg(proc: subprocess.Popen[bytes]) -> None:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the run's process group and reap it. What is left in the pipes is not read: a grandchild that left
+    the group could keep writing; closing our ends makes its writes fail instead."""
     _killpg(proc)
-    try:
-        proc.communicate(timeout=5)  # reap it and drain the pipes
-    except subprocess.TimeoutExpired:  # a grandchild left the group and holds the pipes: stop waiting for EOF
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    # Stuck in the kernel (uninterruptible I/O on a sick disk), it dies when the I/O returns; subprocess reaps it
+    # then. This thread does not wait for the disk.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
 
 
 @atexit.register
@@ -73,8 +92,38 @@ def _kill_live() -> None:
         _killpg(proc)
 
 
+def read_bounded(proc: subprocess.Popen[bytes], deadline: float, limits: tuple[int, int]) -> tuple[bytes, bytes]:
+    """stdout and stderr of ``proc`` until both reach end of file, at most ``limits`` bytes each, in ``CHUNK`` reads
+    (memory stays bounded however fast the child writes); then its exit. Raises ``SmartctlOverflow`` past a limit and
+    ``subprocess.TimeoutExpired`` at ``deadline`` (``time.monotonic``); the caller kills the process group."""
+    assert proc.stdout is not None and proc.stderr is not None
+    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    limit = dict(zip(bufs, limits, strict=True))
+    with selectors.DefaultSelector() as sel:
+        for pipe in (proc.stdout, proc.stderr):
+            sel.register(pipe, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, 0)
+            for key, _ in sel.select(left):
+                chunk = os.read(key.fd, CHUNK)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf = bufs[key.fd]
+                if len(buf) + len(chunk) > limit[key.fd]:
+                    stream = "stdout" if key.fileobj is proc.stdout else "stderr"
+                    raise SmartctlOverflow(f"more than {limit[key.fd] // 1024} KiB on {stream}")
+                buf += chunk
+    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()])
+
+
 def run_smartctl(argv: list[str], timeout: float) -> Call:
-    """One smartctl run: own process group, C locale for the child only, killed (group) at ``timeout``."""
+    """One smartctl run: own process group, C locale for the child only, output read through ``STDOUT_LIMIT`` and
+    ``STDERR_LIMIT``; the group is killed at ``timeout`` (``SmartctlTimeout``) or past a limit
+    (``SmartctlOverflow``)."""
     env = {**os.environ, "LANG": "C", "LC_ALL": "C"}
     proc = subprocess.Popen(
         argv,
@@ -87,13 +136,22 @@ def run_smartctl(argv: list[str], timeout: float) -> Call:
     with _LIVE_LOCK:
         _LIVE.add(proc)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = read_bounded(proc, time.monotonic() + timeout, (STDOUT_LIMIT, STDERR_LIMIT))
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         raise SmartctlTimeout(f"smartctl killed after {timeout:g}s: {' '.join(argv[1:])}") from None
+    except SmartctlOverflow as exc:
+        _kill_group(proc)
+        raise SmartctlOverflow(f"smartctl killed: {exc}: {' '.join(argv[1:])}") from None
+    except BaseException:  # not expected (a bug, an interrupt): never leave the child running
+        _kill_group(proc)
+        raise
     finally:
         with _LIVE_LOCK:
             _LIVE.discard(proc)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
     return Call(argv, proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
 
 
@@ -156,6 +214,7 @@ def _build_edge() -> Edge:
             self.timeout = timeout
             self.calls: list[Call] = []
             self.timed_out = ""
+            self.overflow = ""
 
         def generic_call(self, params: list[str], pass_options: bool = False) -> tuple[list[str], int]:
             return super().generic_call(params, pass_options=True)  # type: ignore[no-any-return]
@@ -165,6 +224,9 @@ def _build_edge() -> Edge:
                 call = run_smartctl([str(c) for c in cmd], self.timeout)
             except SmartctlTimeout as exc:
                 self.timed_out = str(exc)  # pySMART swallows exceptions in places; the collector checks this
+                raise
+            except SmartctlOverflow as exc:
+                self.overflow = str(exc)  # likewise
                 raise
             self.calls.append(call)
             return call.stdout.splitlines(), call.returncode

@@ -14,8 +14,11 @@ returned first).
 Nothing here holds the agent: ``open_gpu`` gets the ``gpu`` config slice, the tiers, the node name and two callbacks
 (publish events, draw the next event sequence number) and returns what it opened; the caller keeps it.
 
-Lost GPUs: a GPU whose snapshot raises GPU_IS_LOST gets ``gpu_lost`` ENTER (EXIT once it answers again). When the
-whole library stops answering while the tier runs (``nvmlDeviceGetCount`` fails: driver unloaded, GPUs gone, the
+Lost GPUs: a GPU whose snapshot raises GPU_IS_LOST gets ``gpu_lost`` ENTER (EXIT once it answers again). The ENTER
+of every GPU lost now is kept in the engine state (``lost_gpus``, which ``engine.json`` persists): after a restart
+of the agent a GPU still lost is not ENTERed again, and one that answers gets its EXIT, matched by UUID, else PCI
+address, else index (``events.same_gpu``, as the NVSentinel sink matches), on the ENTER's device. When the whole
+library stops answering while the tier runs (``nvmlDeviceGetCount`` fails: driver unloaded, GPUs gone, the
 library wedged), every GPU known at that moment is lost the same way, each with the identity last known: per GPU,
 not one node-wide fault, so NVSentinel gets the GPU, PCI and GPU_UUID entities its GPU remediation needs, and each
 GPU clears on its own as it answers again (one that stays lost after a driver reload stays reported).
@@ -35,9 +38,17 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from nvdaemon.collectors.base import Collector
-from nvdaemon.gpu.events import gpu_lost_event, xid_event
+from nvdaemon.gpu.events import gpu_lost_event, gpu_lost_exit, same_gpu, xid_event
 from nvdaemon.model import Event
-from nvdaemon.nvml import XID_WAIT_MS, GpuIdentity, NvmlBackend, NvmlUnavailable, XidNotice, device_name
+from nvdaemon.nvml import (
+    XID_WAIT_MS,
+    GpuIdentity,
+    NvmlBackend,
+    NvmlUnavailable,
+    XidNotice,
+    bounded_text,
+    device_name,
+)
 from nvdaemon.shutdown import bounded_shield
 
 if TYPE_CHECKING:
@@ -63,6 +74,7 @@ class GpuRuntime:
         emit: Callable[[list[Event]], None] = lambda events: None,
         next_seq: Callable[[], int] = lambda: 0,
         xid_wait_ms: int = XID_WAIT_MS,
+        lost: dict[str, Event] | None = None,
     ) -> None:
         self.backend = backend
         self.identities = {g.index: g for g in identities}
@@ -74,9 +86,10 @@ class GpuRuntime:
         self.xid_wait_ms = xid_wait_ms
         self.xid_counts: collections.Counter[tuple[int, int]] = collections.Counter()  # (gpu index, xid) -> n
         self.last_xid: dict[int, int] = {}  # gpu index -> last XID (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS)
-        self.lost: dict[int, float] = {}  # gpu index -> when it was found lost
-        self.lost_pods: dict[int, list[dict[str, str]] | None] = {}  # gpu index -> holders at the gpu_lost ENTER
-        self._lost_enters: dict[int, Event] = {}  # gpu index -> its gpu_lost ENTER, while the GPU stays lost
+        self.lost: dict[int, float] = {}  # gpu index -> since when, for the GPUs this process saw lost
+        # ENTER id -> the gpu_lost ENTER of every GPU lost now, those lost before a restart included (until this
+        # process sees them): the engine state's ``lost_gpus``, which engine.json persists, when the agent passes it.
+        self.lost_by_id: dict[str, Event] = lost if lost is not None else {}
         self.pod_attribution: PodAttribution | None = None  # set by the source:podresources task while it runs
         self._answering: dict[int, GpuIdentity] = {}  # gpu index -> identity, for GPUs whose last snapshot succeeded
 
@@ -124,26 +137,34 @@ class GpuRuntime:
         return events
 
     def set_lost(self, ident: GpuIdentity, lost: bool, now: float, error: str = "") -> None:
-        """Publish ``gpu_lost`` ENTER when a GPU stops answering and EXIT when it answers again, once each."""
+        """Publish ``gpu_lost`` ENTER when a GPU stops answering and EXIT when it answers again, once each, across
+        restarts of the agent too (``lost_by_id`` comes back from engine.json)."""
         index = ident.index
-        if lost:
-            self._answering.pop(index, None)
-        else:
+        if not lost:
             self._answering[index] = ident
-        if lost and index not in self.lost:
-            self.lost[index] = now
-            pods = self.lost_pods[index] = self.pods(index)  # the EXIT names the holders of its ENTER
-            enter = gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, error=error, pods=pods)
-            self._lost_enters[index] = enter
-            self.emit([enter])
-        elif not lost and index in self.lost:
-            started = self.lost.pop(index)
-            pods = self.lost_pods.pop(index, None)
-            self._lost_enters.pop(index, None)
-            ev = gpu_lost_event(
-                ident, node=self.node, seq=self.next_seq(), now=now, started_at=started, recovered=True, pods=pods
+            self.lost.pop(index, None)
+            for enter in [e for e in self.lost_by_id.values() if same_gpu(e, ident)]:
+                del self.lost_by_id[enter.id]
+                self.emit([gpu_lost_exit(enter, ident, node=self.node, seq=self.next_seq(), now=now)])
+            return
+        self._answering.pop(index, None)
+        if index in self.lost:
+            return
+        known = next((e for e in self.lost_by_id.values() if same_gpu(e, ident)), None)
+        if known is not None:  # lost before this process started and still lost: its ENTER went out then
+            self.lost[index] = known.started_at
+            log.info(
+                "%s is still lost (gpu_lost ENTER %s, seq %d, before a restart): not raised again",
+                device_name(index),
+                known.id,
+                known.seq,
             )
-            self.emit([ev])
+            return
+        self.lost[index] = now
+        # The ENTER names the GPU's holders now (pod attribution); its EXIT names the same ones.
+        enter = gpu_lost_event(ident, node=self.node, seq=self.next_seq(), now=now, error=error, pods=self.pods(index))
+        self.lost_by_id[enter.id] = enter
+        self.emit([enter])
 
     def nvml_down(self, error: str, now: float) -> None:
         """The library stopped answering: every GPU known now is lost (``gpu_lost`` ENTER once each)."""
@@ -151,8 +172,9 @@ class GpuRuntime:
             self.set_lost(self.identity(index), True, now, error)
 
     def lost_enters(self) -> list[Event]:
-        """The ``gpu_lost`` ENTER of every GPU lost now, for a sink that was not subscribed when it was published."""
-        return [self._lost_enters[i] for i in sorted(self._lost_enters)]
+        """The ``gpu_lost`` ENTER of every GPU lost now (those lost before a restart included), for a sink that was
+        not subscribed when it was published."""
+        return sorted(self.lost_by_id.values(), key=lambda e: e.seq)
 
     def answering(self) -> list[tuple[str, str, str]]:
         """(device, uuid, PCI address) of every GPU whose last snapshot succeeded."""
@@ -188,18 +210,19 @@ async def open_gpu(
     emit: Callable[[list[Event]], None],
     next_seq: Callable[[], int],
     backend: NvmlBackend | None = None,
+    lost: dict[str, Event] | None = None,
 ) -> GpuStart:
     """Open NVML when ``tiers`` (those that would run) include gpu; see the module docstring for when it cannot be.
 
     ``emit`` publishes XID and gpu_lost events; ``next_seq`` draws their sequence number from the engine's, so XIDs
-    and rule events share one ordering.
+    and rule events share one ordering. ``lost``: the engine state's ``lost_gpus`` (kept up to date, by ENTER id).
     """
     if "gpu" not in tiers:
         return GpuStart(None)
 
     def start() -> tuple[NvmlBackend, list[GpuIdentity], str]:  # reads the scenario or imports pynvml: off the loop
         chosen = backend or _backend_for(cfg)
-        return chosen, chosen.open(), chosen.driver_version()
+        return chosen, chosen.open(), bounded_text(chosen.driver_version())  # a label on every dcgm series
 
     try:
         opened, identities, driver = await trio.to_thread.run_sync(start)
@@ -208,7 +231,7 @@ async def open_gpu(
             raise
         log.warning("skipping gpu tier: %s", exc)
         return GpuStart(None, frozenset({"gpu"}))
-    rt = GpuRuntime(opened, identities, node=node, driver_version=driver, emit=emit, next_seq=next_seq)
+    rt = GpuRuntime(opened, identities, node=node, driver_version=driver, emit=emit, next_seq=next_seq, lost=lost)
     log.info("gpu: %d GPU(s), driver %s", len(identities), driver or "unknown")
     return GpuStart(rt)
 

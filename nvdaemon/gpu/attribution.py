@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 GPU_RESOURCE_PREFIX = "nvidia.com/"
+UNMATCHED_KEPT = 64  # unmatched device ids kept (for the log line and comparing answers): the first ones
 
 _REPLICA = re.compile(r"^(?P<base>.+?)(?:::\d+|/vgpu\d+)$")
 _INDEX = re.compile(r"^(?:nvidia)?(?P<index>\d+)$")
@@ -67,7 +68,7 @@ class GpuKeys:
 class Attribution:
     holders: dict[int, tuple[Holder, ...]]  # GPU index -> every holder, sorted
     dcgm: dict[int, Holder]  # GPU index -> the holder on its DCGM_FI_* series
-    unmatched: tuple[str, ...] = ()  # device ids of nvidia.com resources that name no GPU of this node
+    unmatched: tuple[str, ...] = ()  # device ids of nvidia.com resources that name no GPU of this node (the first 64)
 
     def pods(self, index: int) -> list[dict[str, str]]:
         """``detail.pods`` of an event on GPU ``index``: every holder, ``[]`` when none."""
@@ -109,7 +110,8 @@ def attribute(allocations: Iterable[Allocation], keys: GpuKeys) -> Attribution:
         for device_id in alloc.device_ids:
             found = resolve(device_id, keys)
             if found is None:
-                unmatched.append(device_id)
+                if len(unmatched) < UNMATCHED_KEPT:
+                    unmatched.append(device_id)
                 continue
             index, mig = found
             holders.setdefault(index, set()).add(holder)

@@ -1,4 +1,4 @@
-"""XID and lost-GPU events. Pure: no I/O, no trio.
+"""XID and lost-GPU events, and which GPU a lost-GPU ENTER names. Pure: no I/O, no trio.
 
 An XID event's description and severity come from the one catalogue (``gpu/xid_catalogue.py``), which also holds
 NVIDIA's recommended action and fatality that the NVSentinel sink sends; the severity is the Go agent's table
@@ -82,4 +82,45 @@ def gpu_lost_event(
         started_at=now if started_at is None else started_at,
         ended_at=now if recovered else None,
         detail=detail,
+    )
+
+
+def _index(device: str) -> int:
+    """``gpu5`` -> 5; -1 for ``gpu`` (index unknown)."""
+    tail = device.removeprefix("gpu")
+    return int(tail) if device.startswith("gpu") and tail.isdigit() else -1
+
+
+def _pods(detail: dict[str, object]) -> list[dict[str, str]] | None:
+    pods = detail.get("pods")
+    if not isinstance(pods, list):
+        return None
+    return [{str(k): str(v) for k, v in p.items()} for p in pods if isinstance(p, dict)]
+
+
+def same_gpu(enter: Event, ident: GpuIdentity) -> bool:
+    """Is ``ident`` the GPU this ``gpu_lost`` ENTER named? By UUID where both know it (an index moves when a GPU
+    is gone after a reboot), else by PCI address, else by index: as the NVSentinel sink matches a lost GPU
+    (``nvsentinel_map.LostGpu.answers``), so the two clear the same GPU."""
+    uuid, pci = str(enter.detail.get("gpu_uuid") or ""), str(enter.detail.get("pci_bus_id") or "")
+    if uuid and ident.uuid:
+        return uuid == ident.uuid
+    if pci and ident.pci_bus_id:
+        return pci == ident.pci_bus_id
+    return enter.device == device_name(ident.index)
+
+
+def gpu_lost_exit(enter: Event, ident: GpuIdentity, *, node: str, seq: int, now: float) -> Event:
+    """The EXIT of ``enter`` now that ``ident`` (``same_gpu``) answers: on the ENTER's device, with its start and
+    its holders (``detail.pods``), so that a receiver pairs the two even after a restart of the agent or when the
+    GPU came back at another index; the identity as NVML gives it now, else as the ENTER had it."""
+    d = enter.detail
+    known = GpuIdentity(
+        _index(enter.device),
+        ident.uuid or str(d.get("gpu_uuid") or ""),
+        ident.name,
+        ident.pci_bus_id or str(d.get("pci_bus_id") or ""),
+    )
+    return gpu_lost_event(
+        known, node=node, seq=seq, now=now, started_at=enter.started_at, recovered=True, pods=_pods(d)
     )

@@ -11,6 +11,11 @@ read the latest one and never wait for a call.
 A socket that is missing, refuses, is slower than the deadline or answers what does not parse turns attribution
 off until the next call that works: no pod labels on ``DCGM_FI_*``, no ``detail.pods`` on events. Each failure is
 counted (``nodevitals_podresources_failures_total{reason}``) and logged when the reason changes, not every tick.
+
+*Bounded*: the answer is refused by gRPC past ``MAX_ANSWER_BYTES`` (1 MiB, not grpcio's 4 MiB), before it is read;
+of what is read, only containers holding ``nvidia.com/`` devices are kept, at most ``MAX_GPU_DEVICE_IDS`` device ids,
+names and ids cut to Kubernetes' own length limits. An answer over either bound is a failure like the others
+(reason ``too_large``): attribution goes off rather than keep the last mapping, whose pods may have moved since.
 ``Get`` (one pod; kubelet 1.27+ behind a feature gate, beta and on by default from 1.34) is offered by the client
 for completeness; the mapping needs only ``List``, which already carries every pod's devices.
 """
@@ -28,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
-from nvdaemon.gpu.attribution import Allocation, Attribution, attribute, keys_for
+from nvdaemon.gpu.attribution import GPU_RESOURCE_PREFIX, Allocation, Attribution, attribute, keys_for
 
 if TYPE_CHECKING:
     import grpc
@@ -39,7 +44,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TASK_NAME = "source:podresources"  # "source:" tasks stop with the tier loops, before the sinks flush
-REASONS = ("missing", "refused", "timeout", "garbage", "unimplemented", "error")
+REASONS = ("missing", "refused", "timeout", "garbage", "unimplemented", "too_large", "error")
+# The largest ``List`` answer read. A pod's entry is 100-300 bytes (names, a device id of ~40 bytes per GPU, CPU ids);
+# a node runs 110 pods by default and at most a few hundred (the largest managed node types allow ~740), so even 1,000
+# pods with sidecars fit several times over. grpcio's default is 4 MiB, whose decoding cost 237 MB and 1.4 cores.
+MAX_ANSWER_BYTES = 1024 * 1024
+# Device ids of ``nvidia.com/`` resources kept from one answer: 16 GPUs x 7 MIG slices, or time-slicing replicas,
+# stay far below; more is not a real node.
+MAX_GPU_DEVICE_IDS = 4096
+NAME_MAX = 253  # Kubernetes' longest object name (a DNS subdomain); namespaces and containers are shorter
+DEVICE_ID_MAX = 256  # a GPU or MIG UUID is ~45 bytes; a longer id names no GPU and is kept only as unmatched, cut
 
 
 class PodResourcesError(Exception):
@@ -61,18 +75,36 @@ def _classify(exc: grpc.RpcError) -> PodResourcesError:
         grpc.StatusCode.DEADLINE_EXCEEDED: "timeout",
         grpc.StatusCode.INTERNAL: "garbage",  # "Exception deserializing response!" and malformed frames
         grpc.StatusCode.UNIMPLEMENTED: "unimplemented",
+        grpc.StatusCode.RESOURCE_EXHAUSTED: "too_large",  # over MAX_ANSWER_BYTES: refused before it was read
     }.get(code, "error")
-    return PodResourcesError(reason, exc.details() or str(code))
+    detail = exc.details() or str(code)
+    if reason == "too_large":
+        detail = f"answer over the {MAX_ANSWER_BYTES // 1024} KiB limit, not read ({detail})"
+    return PodResourcesError(reason, detail)
 
 
-def allocations(pods: Any) -> list[Allocation]:
-    """``Allocation`` rows of a list of ``PodResources``, in the kubelet's order."""
+def allocations(pods: Any, prefix: str = "") -> list[Allocation]:
+    """``Allocation`` rows of a list of ``PodResources`` for resources named ``prefix...``, in the kubelet's order;
+    names cut to ``NAME_MAX``, device ids to ``DEVICE_ID_MAX``. ``PodResourcesError("too_large")`` past
+    ``MAX_GPU_DEVICE_IDS`` device ids."""
     out = []
+    ids = 0
     for pod in pods:
         for container in pod.containers:
             for dev in container.devices:
+                if not dev.resource_name.startswith(prefix):
+                    continue
+                ids += len(dev.device_ids)
+                if ids > MAX_GPU_DEVICE_IDS:
+                    raise PodResourcesError("too_large", f"more than {MAX_GPU_DEVICE_IDS} device ids in the answer")
                 out.append(
-                    Allocation(pod.namespace, pod.name, container.name, dev.resource_name, tuple(dev.device_ids))
+                    Allocation(
+                        pod.namespace[:NAME_MAX],
+                        pod.name[:NAME_MAX],
+                        container.name[:NAME_MAX],
+                        dev.resource_name[:NAME_MAX],
+                        tuple(d[:DEVICE_ID_MAX] for d in dev.device_ids),
+                    )
                 )
     return out
 
@@ -97,18 +129,20 @@ class PodResourcesClient:
         if not stat.S_ISSOCK(mode):
             raise PodResourcesError("missing", f"{self.socket_path}: not a socket")
         target = "unix://" + os.path.abspath(self.socket_path)
-        with grpc.insecure_channel(target) as channel:
+        options = [("grpc.max_receive_message_length", MAX_ANSWER_BYTES)]
+        with grpc.insecure_channel(target, options=options) as channel:
             stub = rpc.PodResourcesListerStub(channel)  # type: ignore[no-untyped-call]
             try:
                 return getattr(stub, method)(request, timeout=self.timeout)
             except grpc.RpcError as exc:
                 raise _classify(exc) from None
 
-    def list_allocations(self) -> list[Allocation]:
+    def list_allocations(self, prefix: str = "") -> list[Allocation]:
+        """Every allocation of resources named ``prefix...`` (all by default)."""
         from nvdaemon.proto import podresources_pb2 as pb
 
         response = self._call("List", pb.ListPodResourcesRequest())
-        return allocations(response.pod_resources)
+        return allocations(response.pod_resources, prefix)
 
     def get_allocations(self, namespace: str, pod: str) -> list[Allocation] | None:
         """One pod's devices; None where the kubelet does not offer ``Get``."""
@@ -156,7 +190,7 @@ class PodAttribution:
                 raise PodResourcesError("timeout", "the previous List has not returned")
             self._in_flight = True
         try:
-            return self.client.list_allocations()
+            return self.client.list_allocations(GPU_RESOURCE_PREFIX)  # the rest is never matched: not kept
         finally:
             with self._lock:
                 self._in_flight = False

@@ -8,6 +8,8 @@ deadline-bound final flush writes the complete windows and saves the windows in 
 which the next start reads back: a graceful restart loses only the samples it did not take, a crash at most the
 window in progress. A database sqlite calls corrupt, when opened or later, is moved aside and a fresh one started.
 A flush the stateDir refuses (full, read-only) keeps its windows in memory for the next one (``lastError``).
+A history task replaced by a reload hands its counters, and the windows still in its memory (samples ingested after
+its final flush, or windows a refused flush kept) when the window length is the same, to its successor.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from nvdaemon.config import HISTORY_FILE_IN_DATA_DIR
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist, window_end
 from nvdaemon.shutdown import bounded_shield
-from nvdaemon.sinks import ObservableDefaults, SinkContext
+from nvdaemon.sinks import ObservableDefaults, Sink, SinkContext
 
 if TYPE_CHECKING:
     from nvdaemon.config import HistoryConfig
@@ -80,6 +82,23 @@ class HistorySink(ObservableDefaults):
 
     def close(self) -> None:
         """Nothing to let go of: the store is closed by the task's own final flush."""
+
+    def take_over(self, old: Sink) -> None:
+        """Replacing ``old`` (after its final flush, before this one's task starts): its counters carry on, and the
+        windows it still holds in memory (samples ingested since that flush, or windows a refused flush kept) are
+        this one's to write, of the metrics it keeps, when the window length is the same."""
+        if not isinstance(old, HistorySink):
+            return
+        self.points_written += old.points_written
+        self.flushes += old.flushes
+        self.quarantined += old.quarantined
+        self.windows.non_finite += old.windows.non_finite
+        held = old.windows.take_all()
+        if old.windows.interval == self.windows.interval:
+            self.windows.restore((key, acc) for key, acc in held if key[0][0] in self.windows.allow)
+        elif held:
+            log.info("history: %d window(s) in progress dropped: the window length changed", len(held))
+        self._note_change()
 
     def ingest(self, snap: TierSnapshot) -> None:
         self.windows.ingest(snap.samples, snap.collected_at)

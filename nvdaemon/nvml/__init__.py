@@ -7,6 +7,9 @@ synchronous and blocking: callers run them in worker threads under the GPU runti
 A snapshot is a flat mapping of reading names (``READINGS``, in NVML's own units) to numbers. A reading NVML cannot
 answer (NOT_SUPPORTED, or an old driver without the function) is simply absent; any other failure of one call is
 listed in ``errors`` and the other readings are kept. A GPU that fell off the bus raises ``GpuLost``.
+
+Strings NVML gives (name, UUID, PCI bus id, MIG UUIDs, driver version) become labels and event fields: each is cut
+to ``TEXT_MAX`` characters (``bounded_text``; ``GpuIdentity`` cuts its own fields), whichever backend made it.
 """
 
 from __future__ import annotations
@@ -40,6 +43,15 @@ READINGS: tuple[str, ...] = (
 )
 
 XID_WAIT_MS = 1000  # one XID wait; also the bound on how long cancelling the XID source takes
+# The longest NVML string kept. NVML's own buffers hold at most 96 bytes (device name, UUID; the driver version 80,
+# the PCI bus id 32), so a real value is never cut; a longer one (a broken binding, a scenario file) is not a name.
+TEXT_MAX = 256
+MIG_MAX = 64  # MIG device UUIDs kept per GPU: NVML reports at most 7 MIG devices on today's GPUs
+
+
+def bounded_text(value: str) -> str:
+    """``value`` cut to ``TEXT_MAX`` characters."""
+    return value[:TEXT_MAX]
 
 
 class NvmlUnavailable(Exception):
@@ -63,6 +75,15 @@ class GpuIdentity:
     # UUIDs of the MIG devices on this GPU (``MIG-…``), how a device plugin names a slice: pod attribution maps them
     # to this GPU. Empty without MIG mode.
     mig_uuids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Every string cut to ``TEXT_MAX``, at most ``MIG_MAX`` MIG UUIDs: an identity is a label set."""
+        for name in ("uuid", "name", "pci_bus_id"):
+            value = getattr(self, name)
+            if len(value) > TEXT_MAX:
+                object.__setattr__(self, name, bounded_text(value))
+        if len(self.mig_uuids) > MIG_MAX or any(len(u) > TEXT_MAX for u in self.mig_uuids):
+            object.__setattr__(self, "mig_uuids", tuple(bounded_text(u) for u in self.mig_uuids[:MIG_MAX]))
 
 
 def device_name(index: int) -> str:
@@ -113,7 +134,9 @@ class NvmlBackend(Protocol):
 
 
 __all__ = [
+    "MIG_MAX",
     "READINGS",
+    "TEXT_MAX",
     "XID_WAIT_MS",
     "GpuIdentity",
     "GpuLost",
@@ -122,5 +145,6 @@ __all__ = [
     "NvmlFailure",
     "NvmlUnavailable",
     "XidNotice",
+    "bounded_text",
     "device_name",
 ]

@@ -17,15 +17,27 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from nvdaemon.nvml import GpuIdentity, GpuLost, GpuSnapshot, NvmlFailure, NvmlUnavailable, XidNotice
+from nvdaemon.nvml import (
+    MIG_MAX,
+    TEXT_MAX,
+    GpuIdentity,
+    GpuLost,
+    GpuSnapshot,
+    NvmlFailure,
+    NvmlUnavailable,
+    XidNotice,
+    bounded_text,
+)
 
 log = logging.getLogger(__name__)
 
 
 def _text(value: Any) -> str:
+    """An NVML string (bytes from older bindings, str from newer ones), cut to ``TEXT_MAX`` characters before it is
+    decoded or copied whole."""
     if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
+        return bounded_text(value[: TEXT_MAX * 4].decode("utf-8", errors="replace"))  # 4: UTF-8's longest character
+    return bounded_text(str(value))
 
 
 def load_pynvml() -> Any:
@@ -137,7 +149,7 @@ class RealNvml:
             current, _pending = lib.nvmlDeviceGetMigMode(handle)
             if current != lib.NVML_DEVICE_MIG_ENABLE:
                 return ()
-            slots = int(lib.nvmlDeviceGetMaxMigDeviceCount(handle))
+            slots = min(int(lib.nvmlDeviceGetMaxMigDeviceCount(handle)), MIG_MAX)
         except lib.NVMLError as exc:
             if self._omit(self._code(exc)):
                 self._no_mig.add(index)

@@ -33,6 +33,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
+from nvdaemon import shutdown
 from nvdaemon.server.asgi import Probe
 from nvdaemon.server.listen import describe
 
@@ -57,11 +58,30 @@ def connection_cap(max_connections: int) -> int:
 
 class _TCPServer(TCPServer):
     """Hypercorn's connection, ending when the peer has gone: its idle timer otherwise keeps the connection's task
-    group, and so its slot under the cap, for up to ``keep_alive_timeout`` after the peer closed."""
+    group, and so its slot under the cap, for up to ``keep_alive_timeout`` after the peer closed. And ending when
+    hypercorn has closed the socket itself (``closed``, called then): a client that had already sent its next
+    request when the server decided to close (keep-alive not recycled while stopping) leaves hypercorn's reader
+    waiting for a resume that never comes, on a closed socket, until the graceful timeout cancels it."""
+
+    def __init__(self, *args: Any, closed: Callable[[], None]) -> None:
+        super().__init__(*args)
+        self._closed = closed
 
     async def _read_data(self) -> None:
         await super()._read_data()
         await self.idle_task.stop()
+
+    async def _close(self) -> None:
+        try:
+            await super()._close()
+        finally:
+            self._closed()
+
+    async def _initiate_server_close(self) -> None:
+        try:
+            await super()._initiate_server_close()
+        finally:
+            self._closed()
 
 
 @dataclass
@@ -127,8 +147,9 @@ async def serve(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``socks`` (closed on return; one cap over all of them) until ``shutdown_trigger`` returns,
-    then stop accepting, close idle keep-alive connections and give the others ``hc.graceful_timeout`` (hypercorn's
-    order); those still open then are closed, a write blocked on a peer that does not read included."""
+    then stop accepting, close idle keep-alive connections and give the others ``hc.graceful_timeout``, never past
+    the shutdown deadline (hypercorn's order); those still open then are closed, a write blocked on a peer that does
+    not read included."""
     wrapped = wrap_app(app, hc.wsgi_max_body_size, "asgi")
     context = WorkerContext(None)
     state: dict[str, Any] = {}
@@ -145,8 +166,9 @@ async def serve(
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_close_when_cancelled, stream)
-                await _TCPServer(wrapped, hc, context, ConnectionState(state.copy()), stream).run()  # type: ignore[arg-type]
-                nursery.cancel_scope.cancel()
+                done = nursery.cancel_scope.cancel
+                await _TCPServer(wrapped, hc, context, ConnectionState(state.copy()), stream, closed=done).run()
+                done()
         finally:
             gate.open -= 1
 
@@ -171,7 +193,9 @@ async def serve(
                 finally:
                     stop_listening()  # nothing new is accepted while the open connections finish
                     await context.terminated.set()  # idle keep-alive connections close now, none is recycled
-                    connections.cancel_scope.deadline = trio.current_time() + hc.graceful_timeout
+                    # Never past the agent's shutdown deadline (``nvdaemon.shutdown``; +inf outside a shutdown).
+                    graceful = trio.current_time() + hc.graceful_timeout
+                    connections.cancel_scope.deadline = min(graceful, shutdown.deadline())
             await lifespan.wait_for_shutdown()
             lifespan_nursery.cancel_scope.cancel()
     finally:

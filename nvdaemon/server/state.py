@@ -119,6 +119,8 @@ def status_document(view: AgentView) -> dict[str, Any]:
         "conditions": conditions,
         "recentEvents": [event_json(ev) for ev in view.bus.recent],
         "eventSeq": view.engine.seq,
+        "eventSeqReserved": view.engine.reserved,
+        "eventSeqUnreserved": view.engine.unreserved,
         "tasks": task_entries(view),
         "sinks": {name: sink.state() for name, sink in sorted(view.sinks.items())},
         "bus": {"published": view.bus.published, "dropped": dict(view.bus.drop_totals)},

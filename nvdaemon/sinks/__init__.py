@@ -8,6 +8,9 @@ construction, and its ``fingerprint`` is made of those values only, so a reload 
 sink whose fingerprint differs from the running one's, which is then replaced.
 
 What a sink is, in small protocols (``nvdaemon/app.py`` holds them as ``Sink``):
+- ``Sink``: ``take_over(old)``: a sink a reload builds to replace a running one of the same name takes what the old
+  one still holds (events it had not yet handled, its counters) before the old one is closed, so a replacement
+  neither loses an event nor sets a counter in /metrics back (``ObservableDefaults``: nothing to take).
 - ``EventConsumer``: a bus subscription (``name``, ``capacity``, ``attach``, ``events``, ``serve``, ``close``). The
   subscription is made when the agent adopts the sink (``attach``), not when its task starts: the channel outlives a
   crash of the task, so events published while the task waits out its restart backoff are still there when it comes
@@ -102,6 +105,13 @@ class Sink(Observable, Protocol):
         """Run until cancelled; flush what must not be lost in a shielded, deadline-bound finally."""
         ...
 
+    def take_over(self, old: Sink) -> None:
+        """Called when this sink replaces ``old`` (same name) on reload: after ``old``'s task has stopped and this
+        one is attached (so ``old``'s channel gets nothing more), before ``old.close()`` and before this one's task
+        starts. Take what ``old`` has not yet handled, in order, and carry its counters on; what is taken here is
+        this sink's to deliver or to count as dropped. ``old`` is of the same class (the same name)."""
+        ...
+
     def close(self) -> None:
         """Called when the sink is replaced or removed, or the agent stops (after its task has stopped)."""
         ...
@@ -147,6 +157,9 @@ class ObservableDefaults:
     def state_writable(self) -> bool | None:
         return None
 
+    def take_over(self, old: Sink) -> None:
+        """A sink that holds nothing between runs of its task takes nothing over."""
+
 
 class BusSubscriber:
     """``EventConsumer``'s subscription: ``attach`` subscribes under ``name``, ``close`` lets go of it."""
@@ -160,6 +173,16 @@ class BusSubscriber:
         self._bus = bus
         self.events = bus.subscribe(self.name, self.capacity)
 
+    def leftovers(self) -> list[Event]:
+        """Take what the channel still holds, oldest first. Once a replacement has subscribed under the same name
+        (which closes this channel for sending) that is everything this subscription will ever get."""
+        left = []
+        while True:
+            try:
+                left.append(self.events.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return left
+
     def close(self) -> None:
         """Unsubscribe. A replacement subscribed under the same name first keeps its subscription."""
         bus, self._bus = self._bus, None
@@ -171,10 +194,13 @@ class BusSubscriber:
 
 class CommitTracker:
     """``Durable``'s bookkeeping. ``start_committed`` is called on attach: events published before the sink existed
-    are not its to make durable."""
+    are not its to make durable. A replaced sink hands what it had not committed to its successor
+    (``pass_commits_to``); a wait on it then goes on as a wait on the successor, so ``Agent.persist_engine`` neither
+    waits out its deadline on a sink that will never commit again nor saves past what the successor holds."""
 
     committed_seq: int = 0
     _committed: trio.Event | None = None
+    _successor: CommitTracker | None = None
 
     def start_committed(self, seq: int) -> None:
         self.committed_seq = seq
@@ -188,11 +214,22 @@ class CommitTracker:
                 self._committed.set()
             self._committed = trio.Event()
 
+    def pass_commits_to(self, successor: CommitTracker) -> None:
+        """``successor`` now holds what this one had not committed: waiters move on to it."""
+        self._successor = successor
+        if self._committed is not None:
+            self._committed.set()
+        self._committed = None
+
     async def wait_committed(self, seq: int) -> None:
-        while self.committed_seq < seq:
-            if self._committed is None:
-                self._committed = trio.Event()
-            await self._committed.wait()
+        tracker = self
+        while tracker.committed_seq < seq:
+            if tracker._successor is not None:
+                tracker = tracker._successor
+                continue
+            if tracker._committed is None:
+                tracker._committed = trio.Event()
+            await tracker._committed.wait()
 
 
 # ---- builders -------------------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """The NVSentinel health-monitor sink (``sinks.nvsentinel``): on every bus event and every ``intervalSeconds`` tick,
 the reconciler (``nvsentinel_reconciler``) publishes the difference between desired and reported health to the
 platform-connector (``nvsentinel_wire``) and saves what was acknowledged (``nvsentinel_state``).
+
+A sink replaced by a reload hands its send counters, the XIDs and lost GPUs it knew of and the events still in its
+channel to its successor (``take_over``), which adds them to what it loads from its state file.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import trio
 
 from nvdaemon.engine import rule_key
 from nvdaemon.exposition import Metric
-from nvdaemon.sinks import BusSubscriber, ObservableDefaults, SinkContext
+from nvdaemon.model import Event
+from nvdaemon.sinks import BusSubscriber, ObservableDefaults, Sink, SinkContext
 from nvdaemon.sinks.nvsentinel_map import CheckSpec, Health, Key
 from nvdaemon.sinks.nvsentinel_reconciler import Reconciler
 from nvdaemon.sinks.nvsentinel_state import BOOT_ID, STATE_FILE, lost_record, xid_record
@@ -54,6 +58,7 @@ class NvsentinelHealthSink(BusSubscriber, ObservableDefaults):
         )
         self._seen_version = 0
         self._keyed: tuple[Sequence[Rule], dict[str, Rule], list[CheckSpec]] | None = None
+        self._inherited: tuple[Reconciler, list[Event]] | None = None  # the replaced sink's (``take_over``)
 
     def fingerprint(self) -> Hashable:
         return (
@@ -93,8 +98,39 @@ class NvsentinelHealthSink(BusSubscriber, ObservableDefaults):
             self._seen_version = self.reconciler.version
             self._note_change()
 
+    def take_over(self, old: Sink) -> None:
+        """Replacing ``old``: its counters carry on now; the XIDs and lost GPUs it knew (maybe not yet saved) and
+        the events its channel still holds are added once this sink has loaded its state file (``serve``)."""
+        if not isinstance(old, NvsentinelHealthSink):
+            return
+        mine, theirs = self.reconciler, old.reconciler
+        mine.success += theirs.success
+        mine.skipped += theirs.skipped
+        mine.errors.update(theirs.errors)
+        old._adopt_inherited()  # replaced before its task loaded its file: what it inherited passes on too
+        self._inherited = (theirs, old.leftovers())
+        self._note_change()
+
+    def _adopt_inherited(self) -> None:
+        if self._inherited is None:
+            return
+        theirs, events = self._inherited
+        self._inherited = None
+        rec = self.reconciler
+        for xid_key, xid in theirs.xids.items():
+            if xid_key not in rec.xids:
+                rec.xids[xid_key] = xid
+                rec.dirty = True
+        for gpu_key, gpu in theirs.lost.items():
+            if gpu_key not in rec.lost:
+                rec.lost[gpu_key] = gpu
+                rec.dirty = True
+        for ev in events:
+            rec.note_event(ev)
+
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await trio.to_thread.run_sync(self.reconciler.load)
+        self._adopt_inherited()
         task_status.started()
         while True:
             await self.tick()

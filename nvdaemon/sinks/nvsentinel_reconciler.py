@@ -5,8 +5,11 @@ since boot and the GPUs lost (``nvsentinel_map``); *reported* health is what the
 persisted in ``stateDir/nvsentinel.json`` (``nvsentinel_state``). Each difference is published, one HealthEvent per
 call (``nvsentinel_wire``), and *reported* advances (and is written) only after the call returned OK.
 
-- A missing socket skips the send (counted), no retry, nothing advanced; the next tick sends again with a fresh
-  ``generatedTimestamp``.
+- A missing socket, or a file at its path that is not a socket, skips the send (counted), no retry, nothing
+  advanced; the next tick sends again with a fresh ``generatedTimestamp``. Such a streak is logged once when it
+  starts (with what its first pass skipped; ERROR when that includes a fatal fault, else WARNING) and once when the
+  socket is back (INFO, with how long and how many sends were skipped), not per send; its state is in the status
+  (``socketState``, ``lastError``).
 - Retries (``maxAttempts``, ``retryInitialSeconds`` x ``retryMultiplier``, +-``retryJitter``) only on what
   ``classify`` calls retryable; any other answer is a rejection: counted, not retried now, tried again on the next
   tick (the difference is still there).
@@ -66,8 +69,11 @@ from nvdaemon.sinks.nvsentinel_wire import (
     Publisher,
     SendError,
     SocketMissing,
+    SocketStreak,
     TokenError,
     classify,
+    describe,
+    fatal,
     to_proto,
 )
 from nvdaemon.statefile import atomic_write, quarantine
@@ -111,7 +117,7 @@ class Reconciler:
         self.skipped = 0
         self.errors: collections.Counter[str] = collections.Counter()
         self.pending = 0
-        self.socket_present: bool | None = None
+        self.socket = SocketStreak(settings.socket_path, log)
         self.last_error: str | None = None
         self.last_error_at: float | None = None
         self.version = 0  # bumped whenever something /metrics or /v1/status shows changed
@@ -277,6 +283,14 @@ class Reconciler:
         self.version += 1
         log.warning("nvsentinel: %s %s not delivered: %s", change.kind, change.key[0], err)
 
+    @property
+    def socket_present(self) -> bool | None:
+        return self.socket.present
+
+    def _socket_usable(self) -> None:
+        if self.socket.usable():
+            self.version += 1  # a streak ended: socketState changed
+
     async def deliver(self, change: Change) -> str:
         """One difference: ``ok``, ``skipped`` (socket missing), ``rejected`` or ``unavailable`` (retries spent)."""
         request = to_proto(change.event, now=self.clock(), event_id=new_event_id())
@@ -287,18 +301,19 @@ class Reconciler:
                 await trio.to_thread.run_sync(
                     self.publisher.send, request, limiter=self.limiter, abandon_on_cancel=True
                 )
-            except SocketMissing:
+            except SocketMissing as exc:
                 self.skipped += 1
-                self.socket_present = False
+                self.last_error, self.last_error_at = str(exc), self.clock()
                 self.version += 1
+                self.socket.unusable(exc.state, describe(change), fatal(change))
                 return "skipped"
             except TokenError as exc:
-                self.socket_present = True
+                self._socket_usable()
                 self.errors["TOKEN_ERROR"] += 1
                 self._failed(exc, change)
                 return "rejected"
             except (RpcError, OSError) as exc:
-                self.socket_present = True
+                self._socket_usable()
                 err = classify(exc)
                 self.errors[err.code] += 1
                 self._failed(err, change)
@@ -309,7 +324,7 @@ class Reconciler:
                 await trio.sleep(self._delay(attempt))
                 continue
             break
-        self.socket_present = True
+        self._socket_usable()
         self.success += 1
         self.version += 1
         if change.kind == "baseline":
@@ -332,10 +347,11 @@ class Reconciler:
         checks = list(checks)
         if self.dirty:
             await self.persist()
-        for change in self.plan(desired, checks):
-            outcome = await self.deliver(change)
-            if outcome == "unavailable":
-                break
+        with self.socket.one_pass():
+            for change in self.plan(desired, checks):
+                outcome = await self.deliver(change)
+                if outcome == "unavailable":
+                    break
         pending = len(self.plan(desired, checks))
         if pending != self.pending:
             self.pending = pending
@@ -347,7 +363,7 @@ class Reconciler:
         monitor = self.settings.agent
         skipped = CounterMetricFamily(
             "nvsentinel_health_events_publisher_skipped_pc_unavailable",
-            "Health events not sent because the platform-connector socket was absent.",
+            "Health events not sent because the platform-connector socket was absent (or not a socket).",
             labels=["monitor"],
         )
         skipped.add_metric([monitor], self.skipped)
@@ -375,7 +391,8 @@ class Reconciler:
     def state(self) -> dict[str, Any]:
         return {
             "socketPath": self.settings.socket_path,
-            "socketPresent": self.socket_present,
+            "socketPresent": self.socket.present,
+            "socketState": self.socket.state(),  # "present", "missing", "not a socket: <kind>"; None: not tried yet
             "tokenConfigured": bool(self.settings.token_path),
             "pending": self.pending,
             "reconciles": self.reconciles,

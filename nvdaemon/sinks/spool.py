@@ -18,6 +18,10 @@ ids by reason, ``spool_full_events`` or ``spool_full_bytes``, for the caller to 
 threads, one at a time), turns a full or read-only stateDir into ``SpoolUnwritable`` and moves a damaged file aside.
 Rows are addressed by ``(seq, event_id)``: after a damaged spool was replaced by a fresh one, a seq held from the old
 file can never touch another event in the new one.
+
+The tables, their rows and the migration of older files are in ``nvdaemon.sinks.spool_schema``. Each row is stamped
+on the wall clock (shown to people) and on a clock that does not step (``nvdaemon.sinks.spool_clock``), which is
+what its age is measured on.
 """
 
 from __future__ import annotations
@@ -33,8 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nvdaemon.sinks.spool_clock import system_clock
+from nvdaemon.sinks.spool_schema import COLUMNS, LEGACY_COLUMNS, SCHEMA, Row, migrate, try_migrate
 from nvdaemon.sqlitetx import transaction
 from nvdaemon.statefile import ensure_dir
+
+__all__ = ["DEAD", "FILE", "PENDING", "Drops", "Row", "Share", "SpoolDB", "held_ids"]
 
 FILE = "spool.db"
 PENDING, DEAD = 0, 1
@@ -45,44 +53,6 @@ LOW_SPACE = 16 * 1024 * 1024  # bytes free in stateDir below which every write i
 WAL_PAGES = 10  # pages one small transaction writes to the WAL, at most (the table, three indexes, the sequence)
 WRITE_COST = 4  # disk bytes a transaction may take per byte of event added, at most (WAL, indexes, checkpoint)
 BUSY_TIMEOUT_MS = 30_000
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS spool (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT,
-  endpoint TEXT NOT NULL,
-  event_id TEXT NOT NULL,
-  severity INTEGER NOT NULL,
-  enqueued REAL NOT NULL,
-  state INTEGER NOT NULL DEFAULT 0,
-  attempts INTEGER NOT NULL DEFAULT 0,
-  last_error TEXT,
-  dead_reason TEXT,
-  body BLOB NOT NULL,
-  UNIQUE (endpoint, event_id)
-);
-CREATE INDEX IF NOT EXISTS spool_head ON spool (endpoint, state, seq);
-CREATE INDEX IF NOT EXISTS spool_evict ON spool (endpoint, state, severity, seq);
-CREATE TABLE IF NOT EXISTS endpoints (
-  endpoint TEXT PRIMARY KEY,
-  disabled_url TEXT NOT NULL,
-  disabled_at REAL NOT NULL,
-  reason TEXT NOT NULL
-);
-"""
-
-
-@dataclass(frozen=True)
-class Row:
-    seq: int
-    endpoint: str
-    event_id: str
-    severity: int
-    enqueued: float
-    state: int
-    attempts: int
-    last_error: str | None
-    dead_reason: str | None
-    body: bytes
 
 
 @dataclass
@@ -98,9 +68,6 @@ class Share:
         return self.pending + self.dead
 
 
-_COLUMNS = "seq, endpoint, event_id, severity, enqueued, state, attempts, last_error, dead_reason, body"
-
-
 class SpoolDB:
     def __init__(self, path: Path) -> None:
         ensure_dir(path.parent)
@@ -108,7 +75,8 @@ class SpoolDB:
         self.db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
         try:
             self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.executescript(_SCHEMA)
+            self.db.executescript(SCHEMA)
+            self._columns = COLUMNS if try_migrate(self.db) else LEGACY_COLUMNS
             if path.stat().st_mode & 0o777 != 0o600:  # only when needed: a read-only stateDir may still be read
                 path.chmod(0o600)
         except BaseException:
@@ -124,6 +92,9 @@ class SpoolDB:
         disk fails the COMMIT itself, after ``fn`` counted its deletes: a retried delete must not count twice)."""
         saved = {endpoint: (sh.pending, sh.dead, sh.bytes) for endpoint, sh in self._shares.items()}
         self.db.execute(f"PRAGMA synchronous={sync}")
+        if self._columns == LEGACY_COLUMNS:  # a file from an older agent, not migrated when opened: now or never
+            migrate(self.db)
+            self._columns = COLUMNS
         try:
             result = transaction(self.db, fn)
         except BaseException:
@@ -213,19 +184,24 @@ class SpoolDB:
         max_events: int,
         max_bytes: int,
         now: float | None = None,
+        stamp: tuple[str, float] | None = None,
     ) -> Drops:
         """Commit ``(event_id, severity, body)`` items durably, then enforce the bounds; return the dropped events'
-        ids by reason (dead letters among them were counted when they died, so only pending ones are listed)."""
+        ids by reason (dead letters among them were counted when they died, so only pending ones are listed).
+        ``now`` (wall clock, default ``time.time()``) and ``stamp`` (``SteadyClock.stamp()``, default the system's)
+        are when they were spooled."""
         sh = self.share(endpoint)
         now = time.time() if now is None else now
+        boot_id, boottime = stamp or system_clock().stamp()
         if not self._room_for(items):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
         def work() -> Drops:
             for event_id, severity, body in items:
                 cur = self.db.execute(
-                    "INSERT OR IGNORE INTO spool (endpoint, event_id, severity, enqueued, body) VALUES (?, ?, ?, ?, ?)",
-                    (endpoint, event_id, severity, now, body),
+                    "INSERT OR IGNORE INTO spool (endpoint, event_id, severity, enqueued, boot_id, boottime, body) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (endpoint, event_id, severity, now, boot_id, boottime, body),
                 )
                 if cur.rowcount:
                     sh.pending += 1
@@ -265,7 +241,8 @@ class SpoolDB:
     def head(self, endpoint: str) -> Row | None:
         """The oldest pending event of ``endpoint``: its cursor."""
         r = self.db.execute(
-            f"SELECT {_COLUMNS} FROM spool WHERE endpoint = ? AND state = {PENDING} ORDER BY seq LIMIT 1", (endpoint,)
+            f"SELECT {self._columns} FROM spool WHERE endpoint = ? AND state = {PENDING} ORDER BY seq LIMIT 1",
+            (endpoint,),
         ).fetchone()
         return Row(*r) if r else None
 
@@ -274,7 +251,7 @@ class SpoolDB:
         if limit <= 0:
             return []
         cur = self.db.execute(
-            f"SELECT {_COLUMNS} FROM spool WHERE endpoint = ? AND state = {PENDING} ORDER BY seq LIMIT ?",
+            f"SELECT {self._columns} FROM spool WHERE endpoint = ? AND state = {PENDING} ORDER BY seq LIMIT ?",
             (endpoint, limit),
         )
         return [Row(*r) for r in cur]
@@ -355,7 +332,7 @@ class SpoolDB:
     # ---- inspection (CLI) -----------------------------------------------------------------------------------
     def rows(self, state: int | None = None) -> list[Row]:
         where = "" if state is None else f"WHERE state = {int(state)}"
-        return [Row(*r) for r in self.db.execute(f"SELECT {_COLUMNS} FROM spool {where} ORDER BY endpoint, seq")]
+        return [Row(*r) for r in self.db.execute(f"SELECT {self._columns} FROM spool {where} ORDER BY endpoint, seq")]
 
     def disabled_endpoints(self) -> list[tuple[str, float, str]]:
         return [
@@ -363,16 +340,20 @@ class SpoolDB:
             for a, b, c in self.db.execute("SELECT endpoint, disabled_at, reason FROM endpoints")
         ]
 
-    def retry(self, event_ids: Sequence[str] = ()) -> int:
-        """Dead letters (all, or those with the given event ids) become pending again, with a fresh age and no
-        attempts; endpoints disabled by a 410 are enabled again. Returns how many events were revived."""
+    def retry(
+        self, event_ids: Sequence[str] = (), now: float | None = None, stamp: tuple[str, float] | None = None
+    ) -> int:
+        """Dead letters (all, or those with the given event ids) become pending again, with a fresh age (stamped as
+        ``add`` stamps it) and no attempts; endpoints disabled by a 410 are enabled again. Returns how many events
+        were revived."""
+        boot_id, boottime = stamp or system_clock().stamp()
 
         def work() -> int:
             sql = (
-                f"UPDATE spool SET state = {PENDING}, attempts = 0, dead_reason = NULL, enqueued = ? "
-                f"WHERE state = {DEAD}"
+                f"UPDATE spool SET state = {PENDING}, attempts = 0, dead_reason = NULL, enqueued = ?, boot_id = ?, "
+                f"boottime = ? WHERE state = {DEAD}"
             )
-            args: list[Any] = [time.time()]
+            args: list[Any] = [time.time() if now is None else now, boot_id, boottime]
             if event_ids:
                 sql += f" AND event_id IN ({','.join('?' * len(event_ids))})"
                 args += list(event_ids)

@@ -38,6 +38,7 @@ from nvdaemon.config import SpoolConfig
 from nvdaemon.model import Event, Severity
 from nvdaemon.shutdown import bounded_shield
 from nvdaemon.sinks.spool import SpoolDB
+from nvdaemon.sinks.spool_clock import SteadyClock, system_clock
 from nvdaemon.sinks.spool_io import SpoolCorrupt, SpoolUnwritable
 
 log = logging.getLogger(__name__)
@@ -177,6 +178,7 @@ class SpoolWriter:
         on_drop: Callable[[str, list[str]], None],
         on_committed: Callable[[int], None],
         wall: Callable[[], float],
+        clock: SteadyClock | None = None,
         buffer_events: int = BUFFER_EVENTS,
         buffer_bytes: int = BUFFER_BYTES,
     ) -> None:
@@ -186,6 +188,7 @@ class SpoolWriter:
         self.on_drop = on_drop
         self.on_committed = on_committed
         self.wall = wall
+        self.clock = clock or system_clock()  # the events' age: see nvdaemon.sinks.spool_clock
         self.buffer = Buffer(buffer_events, buffer_bytes)
         self.taken_seq = 0
         self.batch = BATCH  # events per transaction: halved after a refused one, doubled back after a success
@@ -228,7 +231,9 @@ class SpoolWriter:
                 # Shielded: once the transaction has committed, the buffer must learn it, or the events would be
                 # written again (harmless, INSERT OR IGNORE) after the sender may have delivered and deleted them.
                 with trio.CancelScope(shield=True):
-                    drops = await call(SpoolDB.add, self.name, rows, sc.max_events, sc.max_bytes, self.wall())
+                    drops = await call(
+                        SpoolDB.add, self.name, rows, sc.max_events, sc.max_bytes, self.wall(), self.clock.stamp()
+                    )
             except SpoolCorrupt as exc:
                 if fresh_retry:  # the damaged file is gone and the next call opens a fresh one
                     fresh_retry = False

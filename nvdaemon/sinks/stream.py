@@ -17,6 +17,10 @@ as an unknown cursor and the whole buffer is replayed.
 Shutdown: when the hub's task is cancelled, every client is told to close with 1001 ("going away") and the hub
 waits, shielded and bounded, until they have; the HTTP server is stopped only after the sinks.
 
+Reload: a hub replaced by a reload (its settings changed) hands its ring buffer (as much as the new ``bufferSize``
+keeps), the events still in its channel and its counters to the new one (``take_over``), so its clients, closed with
+1001, resume with ``since=`` on the new hub without a gap.
+
 The websocket and HTTP routes are in ``nvdaemon/server/stream_routes.py``.
 """
 
@@ -36,7 +40,7 @@ from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.model import Event, Severity
 from nvdaemon.queryparams import parse_count
 from nvdaemon.shutdown import bounded_shield
-from nvdaemon.sinks import BusSubscriber, ObservableDefaults, SinkContext
+from nvdaemon.sinks import BusSubscriber, ObservableDefaults, Sink, SinkContext
 from nvdaemon.sinks.cloudevent import encode
 
 log = logging.getLogger(__name__)
@@ -248,6 +252,20 @@ class StreamHub(BusSubscriber, ObservableDefaults):
                     break
             with bounded_shield(SHUTDOWN_CLOSE_SECONDS):
                 await self.close_all(CLOSE_GOING_AWAY, "agent shutting down")
+
+    def take_over(self, old: Sink) -> None:
+        """Replacing ``old`` (before this hub's task starts, so it has no client yet): its ring buffer and the
+        events its channel still holds (published after its own final drain) go into this one's buffer, oldest
+        first; its counters carry on."""
+        if not isinstance(old, StreamHub):
+            return
+        self.buffer.extend(old.buffer)  # this buffer's maxlen keeps the newest
+        for event in old.leftovers():
+            self.publish(event)
+        self.disconnects.update(old.disconnects)
+        self.messages += old.messages
+        self.refused += old.refused
+        self._note_change()
 
     def metrics(self) -> Iterable[Metric]:
         clients = GaugeMetricFamily("nodevitals_stream_clients", "Websocket clients connected to /v1/events.")

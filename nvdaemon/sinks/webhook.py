@@ -4,16 +4,18 @@
   (``synchronous=FULL``) and only then forgets it; a write the stateDir refuses (full, read-only) keeps the events in
   a bounded memory buffer and is retried; on shutdown it drains the channel into the spool under a shielded
   two-second deadline, and what is still only in memory when the endpoint is closed (the agent stopping, a reload
-  replacing or removing it) is dropped and counted (``unspooled_at_stop``);
-- *sender* reads the endpoint's oldest pending spooled event and POSTs it: one request in flight, so a later event
-  never overtakes an earlier one; one keep-alive ``httpx.AsyncClient``. A spool write it needs (forgetting a
-  delivered event, counting an attempt) that the stateDir refuses is retried before anything else is sent.
+  removing it) is dropped and counted (``unspooled_at_stop``). A reload that replaces the endpoint (a setting of it
+  changed) hands that memory, what its channel still holds and its counters to the new endpoint (``take_over``);
+- *sender* reads the endpoint's oldest pending spooled event and POSTs it (``nvdaemon.sinks.webhook_http``: the
+  request, what is read of the answer, its outcome): one request in flight, so a later event never overtakes an
+  earlier one; one keep-alive ``httpx.AsyncClient``. A spool write it needs (forgetting a delivered event, counting an
+  attempt) that the stateDir refuses is retried before anything else is sent.
 
-Outcomes: 2xx delivered (row deleted). 408, 429, 5xx, timeouts and connection errors retry with capped exponential
-backoff and full jitter (``Retry-After`` honoured, up to an hour) until the event is ``maxAgeHours`` old, then it is a
-dead letter (``expired``). 410 disables the endpoint (persisted for this URL until ``nvdaemon spool retry``); its
-events keep being spooled. Any other status is retried ``maxAttempts`` times in all, then a dead letter
-(``rejected``). Dead letters stay in the spool (``nvdaemon spool list``, ``nvdaemon spool retry``).
+What each outcome does to the event: 2xx delivered (row deleted). 408, 429, 5xx, timeouts and connection errors
+retry with capped exponential backoff and full jitter (``Retry-After`` honoured, up to an hour) until the event is
+``maxAgeHours`` old, then it is a dead letter (``expired``). 410 disables the endpoint (persisted for this URL until
+``nvdaemon spool retry``); its events keep being spooled. Any other status is retried ``maxAttempts`` times in all,
+then a dead letter (``rejected``). Dead letters stay in the spool (``nvdaemon spool list``, ``nvdaemon spool retry``).
 
 Storage: while the spool cannot be written the endpoint's state is ``degraded`` (``storageError`` says why, and the
 supervised task's ``lastError`` in the status document), ``nodevitals_sink_state_writable{sink}`` is 0. A damaged
@@ -28,7 +30,6 @@ Secrets only ever reach the HMAC; URLs only ever appear as ``host[:port]`` in na
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import hashlib
 import logging
 import random
@@ -45,49 +46,23 @@ from nvdaemon.backoff import FULL, backoff
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.exposition import Metric
-from nvdaemon.model import Event
 from nvdaemon.shutdown import bounded_shield
-from nvdaemon.sinks import BusSubscriber, CommitTracker, Sink, SinkContext, cloudevent, signing, webhook_url
+from nvdaemon.sinks import BusSubscriber, CommitTracker, Sink, SinkContext, signing, webhook_url
 from nvdaemon.sinks.spool import Row, SpoolDB
+from nvdaemon.sinks.spool_clock import SteadyClock, system_clock
 from nvdaemon.sinks.spool_io import Spool, SpoolCorrupt, SpoolError, SpoolUnwritable
-from nvdaemon.sinks.spool_writer import BUFFER_EVENTS, RETRY_MAX_SECONDS, SpoolWriter, StorageHealth
-from nvdaemon.sinks.webhook_metrics import Histogram, Ledger, endpoint_metrics
+from nvdaemon.sinks.spool_writer import BUFFER_EVENTS, RETRY_MAX_SECONDS, UNWRITABLE, SpoolWriter, StorageHealth
+from nvdaemon.sinks.webhook_http import load_keys, open_client, post_event
+from nvdaemon.sinks.webhook_metrics import Histogram, Ledger, endpoint_metrics, endpoint_state
 
 log = logging.getLogger(__name__)
-# httpx logs every request with its full URL at INFO; a URL may carry credentials.
-logging.getLogger("httpx").setLevel(logging.WARNING)
-logging.getLogger("httpcore").setLevel(logging.WARNING)
 
 T = TypeVar("T")
 P = ParamSpec("P")
 CAPACITY = 10_000  # bus channel: what may wait while ingest commits or the task restarts
 IDLE_POLL = 5.0  # re-check the spool this often when idle (``nvdaemon spool retry`` from another process)
-RETRY_AFTER_CAP = 3600.0
-TRANSIENT = frozenset({408, 429})
 READ_AHEAD = 32  # pending rows read per worker-thread call; delivered ones are deleted together (at most resent)
 FORGET_ON_STOP_SECONDS = 1.0  # stopping: how long deleting what was delivered may hold up the task's end
-
-
-def load_keys(hook: WebhookSink) -> list[str]:
-    """The configured secrets, newest first; a secretFile holds one per line. Raises OSError for the file."""
-    if hook.secret_file:
-        text = Path(hook.secret_file).read_text(encoding="utf-8")
-        return [line.strip() for line in text.splitlines() if line.strip()]
-    return list(hook.secrets) if hook.secrets else [hook.secret] if hook.secret else []
-
-
-def retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date), or None."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return min(float(value), RETRY_AFTER_CAP)
-    try:
-        when = email.utils.parsedate_to_datetime(value).timestamp()
-    except (TypeError, ValueError, IndexError):
-        return None
-    return min(max(0.0, when - now), RETRY_AFTER_CAP)
 
 
 class WebhookEndpoint(BusSubscriber, CommitTracker):
@@ -107,6 +82,7 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         on_change: Callable[[], None] = lambda: None,
         transport: httpx.AsyncBaseTransport | None = None,
         wall: Callable[[], float] = time.time,
+        clock: SteadyClock | None = None,
         jitter: Callable[[], float] = random.random,
         opener: Callable[[Path], SpoolDB] = SpoolDB,
         buffer_events: int = BUFFER_EVENTS,
@@ -118,6 +94,7 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         self.on_change = on_change
         self.transport = transport
         self.wall = wall
+        self.clock = clock or system_clock()  # events' ages (maxAgeHours, latency): a clock that does not step
         self.jitter = jitter
         self.opener = opener  # how the spool file is opened (tests: a SpoolDB whose writes fail on demand)
         self.url_hash = webhook_url.url_hash(hook.url)
@@ -125,7 +102,7 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         try:
             secrets = load_keys(hook)
             self.keys = [signing.decode_secret(s) for s in secrets]
-        except (OSError, signing.SecretError) as exc:
+        except (OSError, ValueError) as exc:  # signing.SecretError, an oversized or non-UTF-8 secretFile
             # The config check read the file a moment ago; report it from the task (restarted with backoff).
             secrets, self.keys = [], []
             self.key_error = f"secretFile unreadable: {getattr(exc, 'strerror', None) or type(exc).__name__}"
@@ -159,6 +136,7 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
             on_drop=self.drop,
             on_committed=self._spooled,
             wall=wall,
+            clock=self.clock,
             buffer_events=buffer_events,
         )
         self._kick = trio.Event()
@@ -183,18 +161,51 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         self.start_committed(bus.last_seq)
         self.writer.taken_seq = self.committed_seq
 
+    def take_over(self, old: Sink) -> None:
+        """This endpoint replaces ``old`` (a reload changed its settings): the events ``old`` held only in memory
+        (its writer's buffer, then what its bus channel still holds) become this one's, oldest first, ahead of
+        anything published since; its counters carry on here; persist waits on ``old`` now wait on this one. Its
+        delivered rows not yet deleted are deleted by this one (not sent again)."""
+        if not isinstance(old, WebhookEndpoint):
+            return
+        held = old.writer.buffer.all()
+        old.writer.buffer = type(old.writer.buffer)(old.writer.buffer.max_events, old.writer.buffer.max_bytes)
+        writer = self.writer
+        for item in held:
+            writer.taken_seq = max(writer.taken_seq, item.seq)
+            evicted = writer.buffer.add(item)
+            if evicted:  # only when this endpoint's buffer is smaller than the old one's
+                self.drop(UNWRITABLE, [i.event_id for i in evicted])
+        left = old.leftovers()
+        for ev in left:
+            writer.take(ev)
+        # Engine state may be saved only up to the oldest event this endpoint now holds only in memory (set, not
+        # raised: on attach it was the bus's last seq, before these events became this endpoint's).
+        self.committed_seq = writer.committed_through()
+        old.pass_commits_to(self)
+        self._done = [*old._done, *self._done]
+        old._done = []
+        self.ledger.carry_over(old.ledger)
+        for outcome, n in old.attempts.items():
+            self.attempts[outcome] = self.attempts.get(outcome, 0) + n
+        self.latency.add(old.latency)
+        self.backlog, self.dead_letters = old.backlog, old.dead_letters  # until this one reads the spool
+        self.last_success = old.last_success if self.last_success is None else self.last_success
+        if held or left:
+            log.info(
+                "%s: %d event(s) not yet in the spool taken over from the endpoint it replaces",
+                self.name,
+                len(held) + len(left),
+            )
+
     def close(self) -> None:
-        """Replaced, removed or the agent stopping (after the task stopped): events still only in memory, in the
-        writer's buffer or still in the bus channel (the writer's final drain stops at a refused write or its
-        deadline), are dropped, counted and logged."""
+        """Removed or the agent stopping (after the task stopped): events still only in memory, in the writer's
+        buffer or still in the bus channel (the writer's final drain stops at a refused write or its deadline), are
+        dropped, counted and logged. A replaced endpoint has handed them over already (``take_over``)."""
         super().close()  # no event arrives after this
         left = [i.event_id for i in self.writer.buffer.all()]
         self.writer.buffer = type(self.writer.buffer)(self.writer.buffer.max_events, self.writer.buffer.max_bytes)
-        while True:
-            try:
-                left.append(self.events.receive_nowait().id)
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
+        left += [ev.id for ev in self.leftovers()]
         self.drop("unspooled_at_stop", left)
 
     # ---- observability --------------------------------------------------------------------------------------
@@ -226,22 +237,7 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
             self.backlog, self.dead_letters = max(0, sh.pending - len(self._done)), sh.dead
 
     def state(self) -> dict[str, Any]:
-        return {
-            "endpoint": webhook_url.host_port(self.hook.url),
-            "mode": self.hook.mode,
-            "state": "degraded" if self.health.error else self.status,
-            "backlog": self.backlog,
-            "unspooled": len(self.writer.buffer),
-            "deadLetters": self.dead_letters,
-            "lastError": self.last_error,
-            "lastSuccess": self.last_success,
-            "disabledReason": self.disabled_reason,
-            "stateWritable": self.health.error is None,
-            "storageError": self.health.error,
-            "attempts": dict(self.attempts),
-            "dropped": dict(self.dropped),
-            "quarantines": list(self.ledger.quarantine_log),
-        }
+        return endpoint_state(self)
 
     def metrics(self) -> Iterable[Metric]:
         return list(endpoint_metrics(self))
@@ -277,11 +273,7 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         self._spool = spool
         self._quarantines_seen = len(spool.quarantines)
         try:
-            timeout = httpx.Timeout(self.hook.timeout_seconds)
-            async with (
-                httpx.AsyncClient(transport=self.transport, timeout=timeout, follow_redirects=False) as client,
-                trio.open_nursery() as nursery,
-            ):
+            async with open_client(self.hook, self.transport) as client, trio.open_nursery() as nursery:
                 nursery.start_soon(self._ingest, spool)
                 nursery.start_soon(self._send_loop, spool, client)
                 task_status.started()
@@ -380,12 +372,12 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
                 if gen != len(spool.quarantines):
                     ahead = []
                     continue  # read from a file since moved aside, and counted with it: never sent
-                if self.wall() - row.enqueued > self.hook.max_age_hours * 3600:
+                if row.age(self.clock, self.wall()) > self.hook.max_age_hours * 3600:
                     await self._bury(spool, row, row.attempts, "expired")
                     continue
                 self._in_flight, outcome = row.event_id, ""
                 try:
-                    outcome, error, wait = await self._attempt(client, row.body)
+                    outcome, error, wait = await post_event(client, self.hook, self.keys, self.wall, row.body)
                     if outcome == "success":
                         self._done.append(row)
                     if len(spool.quarantines) > self._quarantines_seen:
@@ -399,7 +391,7 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
                         log.info("%s: delivering again after %d failed attempt(s)", self.name, failures)
                     failures = 0
                     self.status, self.last_error, self.last_success = "active", None, self.wall()
-                    self.latency.observe(max(0.0, self.last_success - row.enqueued))
+                    self.latency.observe(row.age(self.clock, self.last_success))
                     continue
                 ahead = []  # read again after this failure, from the failed row on (still pending)
                 self._count(self.attempts, outcome)
@@ -462,31 +454,6 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
             )
             self.drop(reason, [row.event_id])
         self._sync_share()
-
-    async def _attempt(self, client: httpx.AsyncClient, stored: bytes) -> tuple[str, str | None, float | None]:
-        """POST one event; ``(outcome, error, Retry-After seconds)``."""
-        event = msgspec.json.decode(stored, type=Event)
-        headers, body = cloudevent.encode(event, self.hook.mode)
-        headers = {**self.hook.headers, **headers}
-        headers |= signing.sign_headers(self.keys, event.id, int(self.wall()), body)
-        timeout = self.hook.timeout_seconds
-        try:
-            with trio.fail_after(timeout * 2):  # httpx's timeouts are per phase; this bounds the whole request
-                resp = await client.post(self.hook.url, content=body, headers=headers)
-        except (httpx.TimeoutException, trio.TooSlowError):
-            return "timeout", f"no response within {timeout:g}s", None
-        except httpx.TransportError as exc:
-            text = webhook_url.redact(str(exc), self.hook.url)
-            return "connection_error", f"{type(exc).__name__}: {text}" if text else type(exc).__name__, None
-        code = resp.status_code
-        error = f"HTTP {code}"
-        if 200 <= code < 300:
-            return "success", None, None
-        if code == 410:
-            return "gone", error, None
-        if code in TRANSIENT or code >= 500:
-            return "retryable", error, retry_after(resp.headers.get("retry-after"), self.wall())
-        return "rejected", error, None
 
 
 def build(ctx: SinkContext) -> list[Sink]:

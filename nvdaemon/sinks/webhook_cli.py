@@ -77,13 +77,14 @@ def spool_command(loaded: LoadedConfig, command: Callable[[LoadedConfig], int]) 
 
 def spool_list(loaded: LoadedConfig) -> int:
     from nvdaemon.sinks.spool import DEAD
+    from nvdaemon.sinks.spool_clock import system_clock
 
     db = _open(loaded)
     if db is None:
         return 0
     try:
         rows = db.rows()
-        now = time.time()
+        now, clock = time.time(), system_clock()
         print(f"{'EVENT ID':36}  {'ENDPOINT':28} {'STATE':8} {'SEV':8} {'TRIES':>5} {'AGE':>8}  SUBJECT  LAST ERROR")
         for r in rows:
             try:
@@ -93,7 +94,7 @@ def spool_list(loaded: LoadedConfig) -> int:
                 subject = "<undecodable>"
             state = f"dead:{r.dead_reason}" if r.state == DEAD else "pending"
             sev = Severity(r.severity).label if r.severity in {int(s) for s in Severity} else str(r.severity)
-            age = f"{now - r.enqueued:.0f}s"
+            age = f"{r.age(clock, now):.0f}s"  # what maxAgeHours is compared with (nvdaemon.sinks.spool_clock)
             print(
                 f"{r.event_id:36}  {r.endpoint:28} {state:8} {sev:8} {r.attempts:>5} {age:>8}  {subject}  "
                 f"{r.last_error or ''}"

@@ -7,11 +7,28 @@ what was expected, never a value: URLs, secrets and header values may all be cre
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
-from nvdaemon.configcheck import ConfigIssue
+from nvdaemon.configcheck import ConfigIssue, path_problem
 from nvdaemon.sinks import signing, webhook_url
+
+MAX_SECRET_FILE_BYTES = 64 * 1024  # a few secrets of well under 1 KiB each; a larger file is a mistake, not keys
+
+
+class SecretFileTooLarge(ValueError):
+    """A secretFile over ``MAX_SECRET_FILE_BYTES``: refused, never read whole."""
+
+
+def read_secret_file(path: str) -> list[str]:
+    """The secrets in a ``secretFile``, one per non-blank line, newest first. Reads at most
+    ``MAX_SECRET_FILE_BYTES`` + 1 bytes (the file may be anything the path names); raises ``SecretFileTooLarge``
+    beyond that, OSError or UnicodeDecodeError for the file."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_SECRET_FILE_BYTES + 1)
+    if len(data) > MAX_SECRET_FILE_BYTES:
+        raise SecretFileTooLarge(f"the secret file is larger than {MAX_SECRET_FILE_BYTES} bytes")
+    return [line.strip() for line in data.decode("utf-8").splitlines() if line.strip()]
+
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _OWN_PREFIXES = ("webhook-", "ce-")
@@ -36,9 +53,13 @@ def webhook_issues(hook: Any, path: str) -> list[ConfigIssue]:
     if isinstance(hook.get("secrets"), list):
         secrets += [(f"{path}.secrets[{j}]", s) for j, s in enumerate(hook["secrets"])]
     secret_file = hook.get("secretFile")
-    if isinstance(secret_file, str) and secret_file:
+    # A path no system call takes is reported by the struct check at this key (config.FilePath); reading it would
+    # raise ValueError, not OSError.
+    if isinstance(secret_file, str) and secret_file and not path_problem(secret_file):
         try:
-            lines = [ln.strip() for ln in Path(secret_file).read_text(encoding="utf-8").splitlines() if ln.strip()]
+            lines = read_secret_file(secret_file)
+        except SecretFileTooLarge as exc:
+            issues.append(ConfigIssue(f"{path}.secretFile", str(exc)))
         except (OSError, UnicodeDecodeError) as exc:
             why = getattr(exc, "strerror", None) or type(exc).__name__
             issues.append(ConfigIssue(f"{path}.secretFile", f"cannot read the secret file: {why}"))

@@ -1,5 +1,5 @@
-"""What a webhook endpoint shows in /metrics (families built from its counters; no I/O), and its ledger of what it
-gave up on: every drop counted by reason and logged with its event ids (``extra={"dropped": ...}`` in JSON logs,
+"""What a webhook endpoint shows in /metrics and in /v1/status (built from its counters; no I/O), and its ledger of
+what it gave up on: every drop counted by reason and logged with its event ids (``extra={"dropped": ...}`` in JSON logs,
 which the soak reads), and the damaged spools it saw moved aside."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from nvdaemon.sinks import webhook_url
 
 if TYPE_CHECKING:
     from nvdaemon.sinks.spool_io import Quarantine
@@ -21,7 +22,7 @@ BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 DROP_REASONS = (
     "spool_full_events, spool_full_bytes (spool over its bound), spool_unwritable (stateDir refused writes and the "
     "in-memory buffer was full), spool_corrupt (pending in a damaged spool that was moved aside), "
-    "unspooled_at_stop (in memory when the endpoint was removed or replaced or the agent stopped), expired, rejected "
+    "unspooled_at_stop (in memory when the endpoint was removed or the agent stopped), expired, rejected "
     "(dead letters)"
 )
 
@@ -38,6 +39,12 @@ class Histogram:
         for i, le in enumerate(BUCKETS):
             if value <= le:
                 self.buckets[i] += 1
+
+    def add(self, other: Histogram) -> None:
+        """Count ``other``'s observations too (a replaced endpoint's: the histogram never goes back)."""
+        self.count += other.count
+        self.total += other.total
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
 
 
 class Ledger:
@@ -62,6 +69,15 @@ class Ledger:
             extra={"dropped": {"sink": self.name, "reason": reason, "count": count, "ids": ids}},
         )
         self.dropped[reason] = self.dropped.get(reason, 0) + count
+        self.on_change()
+
+    def carry_over(self, old: Ledger) -> None:
+        """Add the counts of the endpoint this one replaces (in place: the endpoint holds these very dicts), so
+        the counters in /metrics never go back across a reload."""
+        for mine, theirs in ((self.dropped, old.dropped), (self.quarantined, old.quarantined)):
+            for key, n in theirs.items():
+                mine[key] = mine.get(key, 0) + n
+        self.quarantine_log = [*old.quarantine_log, *self.quarantine_log][-5:]
         self.on_change()
 
     def note_quarantine(self, q: Quarantine, settled: Collection[str] = ()) -> None:
@@ -91,6 +107,26 @@ class Ledger:
         self.on_change()
         if n:
             self.drop("spool_corrupt", ids, n)
+
+
+def endpoint_state(ep: WebhookEndpoint) -> dict[str, Any]:
+    """The endpoint's entry in the status document (``/v1/status``): its URL only as ``host[:port]``."""
+    return {
+        "endpoint": webhook_url.host_port(ep.hook.url),
+        "mode": ep.hook.mode,
+        "state": "degraded" if ep.health.error else ep.status,
+        "backlog": ep.backlog,
+        "unspooled": len(ep.writer.buffer),
+        "deadLetters": ep.dead_letters,
+        "lastError": ep.last_error,
+        "lastSuccess": ep.last_success,
+        "disabledReason": ep.disabled_reason,
+        "stateWritable": ep.health.error is None,
+        "storageError": ep.health.error,
+        "attempts": dict(ep.attempts),
+        "dropped": dict(ep.dropped),
+        "quarantines": list(ep.ledger.quarantine_log),
+    }
 
 
 def endpoint_metrics(ep: WebhookEndpoint) -> Iterator[Metric]:

@@ -158,6 +158,8 @@ def _drift(node: dict[str, Any], struct: type[msgspec.Struct], keys: set[str]) -
         if isinstance(field_type, msgspec.inspect.UnionType):  # X | None: the schema offers X, or X and null
             optional = True
             (field_type,) = [t for t in field_type.types if not isinstance(t, msgspec.inspect.NoneType)]
+        if isinstance(field_type, msgspec.inspect.Metadata):  # a path key (config.FilePath): a string to the schema
+            field_type = field_type.type
         json_type = _JSON_TYPES[type(field_type)]
         if "$ref" not in prop and prop.get("type") not in (json_type, [json_type, "null"] if optional else json_type):
             problems.append(f"{key}: type {prop.get('type')}, the agent's {json_type}")

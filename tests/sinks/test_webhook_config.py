@@ -165,3 +165,28 @@ def test_webhook_test_command_sends_one_signed_event(tmp_path: Path, capsys: pyt
         assert cli.main(["webhook", "test", rx.url]) == 1  # unsigned: the receiver refuses it
     assert "HTTP 401" in capsys.readouterr().out
     assert cli.main(["webhook", "test", "http://backend.example/"]) == 2
+
+
+def test_a_secret_file_is_read_within_a_limit(tmp_path: Path) -> None:
+    """A secretFile pointing at something huge (a log, a device) is refused at its key, never read whole; one that
+    is not UTF-8 is a clear error too, not a traceback."""
+    from nvdaemon.config import WebhookSink
+    from nvdaemon.sinks.webhook_config import MAX_SECRET_FILE_BYTES, SecretFileTooLarge
+    from nvdaemon.sinks.webhook_http import load_keys
+
+    huge = tmp_path / "huge"
+    huge.write_bytes(b"TOPSECRET" + b"x" * (MAX_SECRET_FILE_BYTES + 1))
+    found = issues(f"- {{url: 'https://a.example/', secretFile: '{huge}'}}\n")
+    assert f"larger than {MAX_SECRET_FILE_BYTES} bytes" in found["sinks.webhook[0].secretFile"]
+    with pytest.raises(SecretFileTooLarge):
+        load_keys(WebhookSink(url="https://a.example/", secret_file=str(huge)))
+    latin = tmp_path / "latin"
+    latin.write_bytes(b"caf\xe9 secret of some length\n")
+    found = issues(f"- {{url: 'https://a.example/', secretFile: '{latin}'}}\n")
+    assert "cannot read the secret file: UnicodeDecodeError" in found["sinks.webhook[0].secretFile"]
+    fits = tmp_path / "fits"
+    fits.write_text("whsec_" + "A" * 40 + "\n\nraw-secret-of-enough-length-here\n")
+    assert load_keys(WebhookSink(url="https://a.example/", secret_file=str(fits))) == [
+        "whsec_" + "A" * 40,
+        "raw-secret-of-enough-length-here",
+    ]

@@ -19,8 +19,10 @@ from nvdaemon.config import SpoolConfig
 from nvdaemon.exposition import render
 from nvdaemon.sinks import signing
 from nvdaemon.sinks.spool import DEAD, FILE, SpoolDB
+from nvdaemon.sinks.spool_clock import SteadyClock
 from nvdaemon.sinks.spool_io import Spool
-from nvdaemon.sinks.webhook import WebhookEndpoint, retry_after
+from nvdaemon.sinks.webhook import WebhookEndpoint
+from nvdaemon.sinks.webhook_http import retry_after
 from nvdaemon.sinks.webhook_url import endpoint_names
 
 from .helpers import SECRET, Script, event, hook, running, until
@@ -123,7 +125,8 @@ async def test_transient_failures_retry_until_max_age_then_dead_letter(
 
     script = Script(lambda seq, n: httpx.Response(503 if seq == 1 else 200))
     h = hook(URL, maxAgeHours=0.001, backoffBaseSeconds=1, backoffMaxSeconds=1)  # 3.6 s
-    async with running(tmp_path, h, transport=script.transport(), wall=wall) as (sink, bus):
+    steady = SteadyClock("boot", trio.current_time)  # ages are measured on the steady clock: virtual time here
+    async with running(tmp_path, h, transport=script.transport(), wall=wall, clock=steady) as (sink, bus):
         bus.publish(event(1))
         await until(lambda: sink.dropped == {"expired": 1}, timeout=100)
         assert script.times(1) == pytest.approx([0, 1, 2, 3], abs=0.01)  # at 4 s it is older than 3.6 s

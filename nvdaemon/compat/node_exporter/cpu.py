@@ -37,6 +37,8 @@ def parse_isolated(text: str) -> list[int]:
     for item in text.rstrip("\n").split(","):
         if not item:
             continue
+        if len(cpus) >= _UINT16:  # every 16-bit CPU number listed already: more is a list no kernel writes
+            raise ValueError(f"more than {_UINT16} CPUs listed")
         if "-" in item:
             bounds = item.split("-")
             if len(bounds) != 2:

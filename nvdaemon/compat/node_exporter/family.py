@@ -15,7 +15,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nvdaemon.collectors.bounds import LABEL_MAX
+from nvdaemon.goparse import ParseError
+
 FamilyType = Literal["gauge", "counter", "untyped", "summary", "histogram"]
+# The most samples one family holds: node_cpu_seconds_total of the largest host, 8 modes x 8,192 CPUs (NR_CPUS).
+# Past it, or past LABEL_MAX in a label value, a family is a ParseError of the collector building it: what a host
+# file yields is bounded whatever its lines hold, and so is its rendering on /metrics.
+SAMPLES_MAX = 65_536
 # A summary's or histogram's _sum/_count/_bucket series carry their suffix in this pseudo label (a label name
 # starting with "__" is reserved in Prometheus, so no real label can collide with it); rendering moves it back.
 SUFFIX = "__suffix__"
@@ -32,8 +39,15 @@ class Family:
     suffixed: bool = False  # some sample carries SUFFIX (only then does rendering look for it)
 
     def add(self, value: float, labels: Mapping[str, str] | None = None, **kw: str) -> Family:
+        """One more sample; ``ParseError`` past ``SAMPLES_MAX`` samples or with a label value over ``LABEL_MAX``."""
         items = ({**labels, **kw} if kw else labels).items() if labels else kw.items()
-        self.samples.append((tuple(sorted(items)), float(value)))
+        pairs = tuple(sorted(items))
+        if len(self.samples) >= SAMPLES_MAX:
+            raise ParseError(f"{self.name}: more than {SAMPLES_MAX} samples")
+        for key, text in pairs:
+            if len(text) > LABEL_MAX:
+                raise ParseError(f"{self.name}: label {key} of {len(text)} characters, over {LABEL_MAX}")
+        self.samples.append((pairs, float(value)))
         return self
 
     def add_suffixed(self, suffix: str, value: float, labels: Mapping[str, str]) -> Family:

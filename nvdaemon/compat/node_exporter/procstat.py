@@ -21,7 +21,9 @@ from nvdaemon.compat.node_exporter.family import Family, counter, gauge
 from nvdaemon.goparse import GO_SPACE, fields, parse_float, parse_int, parse_uint, scan_lines
 
 USER_HZ = 100.0  # procfs divides /proc/stat ticks by a fixed 100, whatever CONFIG_HZ is
-MAX_CPUS = 1 << 16  # a cpuN index above this is garbage; Go would try to allocate the slice
+# A cpuN index at or above this is garbage: the kernel's NR_CPUS is at most 8,192. (Go would allocate the slice; a
+# one-line "cpu65535" must not make 65,536 CPUs of samples here.)
+MAX_CPUS = 8192
 CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
 
 
