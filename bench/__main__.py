@@ -16,7 +16,12 @@ Each reference is measured in the same run, on the same machine:
 - ``bench/latency.py``: a fixture change -> ENTER at a webhook receiver, a websocket client and the NVSentinel
   connector, from the start of the tick that saw it (target p99 <= 50 ms);
 - ``bench/stream.py``, ``bench/webhook.py``, ``bench/history.py``: the delivery and storage figures;
-- ``bench/probes.py``: /healthz and /readyz while 500 keep-alive clients hammer /metrics (target max <= 1 s).
+- ``bench/probes.py``: /healthz and /readyz while 500 keep-alive clients hammer /metrics (target max <= 1 s);
+- ``bench/hostile.py``: peak RSS under hostile peers (a 100 MB webhook answer, a gzip bomb, a smartctl printing
+  200 MB, 4 MB lines in host files; target <= 96 MiB) and SIGTERM to exit under them (target: the grace + 0.5 s).
+
+``python -m bench NAME ...`` (``make bench ARGS="NAME ..."``) runs only the named benchmarks (``hostile``,
+``probes``, ...), and writes their results to bench/results.NAME[-NAME...].json instead.
 
 Without node_exporter installed the reference columns say "not installed". A benchmark that cannot run (the agent
 failing at start, say) prints why, shows FAILED in its rows, and makes the command exit 1; the others still run.
@@ -136,7 +141,7 @@ def history() -> tuple[list[Row], dict[str, Any]]:
 
 
 def sections() -> list[tuple[str, str, Section]]:
-    from bench import floor, growth, latency, probes, rss, scrape, steady
+    from bench import floor, growth, hostile, latency, probes, rss, scrape, steady
 
     return [
         ("floor", "core-tier cycle CPU against reading the same files ...", floor.run),
@@ -150,14 +155,24 @@ def sections() -> list[tuple[str, str, Section]]:
         ("webhook", "webhook delivery; agent RSS with a full spool ...", webhook),
         ("history", "history: ingest, 90-day query, five simulated years on disk ...", history),
         ("probes", f"/healthz, /readyz under {probes.CLIENTS} keep-alive /metrics clients ...", probes.run),
+        ("hostile", "peak RSS and SIGTERM to exit under hostile peers ...", hostile.run),
     ]
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    chosen = sections()
+    out = OUT
+    if argv:  # a selection: only those, written beside the full run's results, never over them
+        unknown = sorted(set(argv) - {name for name, _, _ in chosen})
+        if unknown:
+            print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(n for n, _, _ in chosen)}")
+            return 2
+        chosen = [s for s in chosen if s[0] in argv]
+        out = OUT.with_name(f"results.{'-'.join(name for name, _, _ in chosen)}.json")
     rows: list[Row] = []
     raw: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
     errors: dict[str, str] = {}
-    for name, what, section in sections():
+    for name, what, section in chosen:
         print(f"[{name}] {what}", flush=True)
         began = time.monotonic()
         try:
@@ -176,10 +191,10 @@ def main() -> int:
     print(render(rows))
     for line in missed(rows):
         print(f"missed: {line}")
-    OUT.write_text(json.dumps({"rows": [r.as_json() for r in rows], "raw": raw, "errors": errors}, indent=2) + "\n")
-    print(f"written to {OUT.relative_to(ROOT)}")
+    out.write_text(json.dumps({"rows": [r.as_json() for r in rows], "raw": raw, "errors": errors}, indent=2) + "\n")
+    print(f"written to {out.relative_to(ROOT)}")
     return 1 if errors else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -297,15 +297,24 @@ class CycleReads:
             try:
                 entry.value = compute(*args)
             except Exception as exc:
-                entry.error = exc
+                # Kept without its traceback: that holds the frames that raised it, and so what they had read (a
+                # refused 4 MB line) for as long as this cycle's cache lives, or until the cycle collector runs.
+                entry.error = exc.with_traceback(None)
             finally:
                 entry.busy.release()
         else:
             with entry.busy:  # returns once the owner has finished
                 pass
-        if entry.error is not None:
-            raise entry.error
-        return entry.value
+        error, value = entry.error, entry.value
+        del entry
+        if error is None:
+            return value
+        try:
+            raise error
+        finally:
+            # The traceback now points at this frame: a local naming the error would make a cycle (frame -> error
+            # -> traceback -> frame) that only the garbage collector frees, tick after tick.
+            del error
 
     def read(self, path: HostPath, limit: int = PROC_FILE_MAX) -> str:
         """A file's text, read once per cycle (a path is always read with the same cap: the one of its kind)."""
