@@ -4,7 +4,8 @@
 Exit codes: 0 success, 1 runtime failure, 2 bad usage or an invalid config (every error listed on stderr).
 
 The Go agent's command line works too: ``-config FILE`` (also ``-config=FILE``, ``--config FILE``), with or without
-``run`` before it, and with no config flag its default ``/etc/nodevitals/config.yaml`` is read when it exists.
+``run`` before it, and with no config flag its default ``/etc/nodevitals/config.yaml`` is read when it exists. As the
+Go binary had no subcommands, ``nvdaemon`` with no arguments, or with ``run``'s flags first, is ``nvdaemon run``.
 
 ``check-config`` and ``run`` check the same things: the file (size, UTF-8, YAML, keys, types and ranges), then what
 only the host can tell (``preflight``: the listen address binds, the token files are readable); ``run`` starts
@@ -32,14 +33,20 @@ from nvdaemon.sinks import webhook_cli
 
 EXIT_CONFIG = 2
 DEFAULT_URL = "http://127.0.0.1:9847"
-GO_DEFAULT_CONFIG = Path("/etc/nodevitals/config.yaml")  # the Go agent's -config default
+GO_DEFAULT_CONFIG = Path("/etc/nodevitals/config.yaml")  # the Go agent's -config default; read at each call
+TOP_LEVEL_FLAGS = ("-h", "--help", "--version")  # every other leading flag is one of `run`'s (the Go command line)
 UNKNOWN_KEY_NOTE = (
     "note: the Go agent ignored unknown keys; nvdaemon rejects them so that a typo cannot silently disable a rule"
 )
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nvdaemon", description="Node hardware telemetry and events agent.")
+    p = argparse.ArgumentParser(
+        prog="nvdaemon",
+        description="Node hardware telemetry and events agent.",
+        epilog="With no command, or with run's flags first (the Go agent's `nodevitals -config FILE`), runs the agent "
+        "as `nvdaemon run` does.",
+    )
     p.add_argument("--version", action="version", version=f"nvdaemon {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run the agent in the foreground")
@@ -78,11 +85,22 @@ def _load(path: str | None, host_root: Path | None) -> LoadedConfig | None:
         return None
 
 
-def config_path(given: str | None, go_default: Path = GO_DEFAULT_CONFIG) -> str | None:
-    """The file ``run`` reads: the flag's, else the Go agent's default when it exists, else None (embedded)."""
+def config_path(given: str | None, go_default: Path | None = None) -> str | None:
+    """The file ``run`` reads: the flag's, else the Go agent's default (``GO_DEFAULT_CONFIG``, looked up at each
+    call) when it is a file, else None (the embedded default)."""
     if given is not None:
         return given
+    go_default = GO_DEFAULT_CONFIG if go_default is None else go_default
     return str(go_default) if go_default.is_file() else None
+
+
+def go_command_line(argv: list[str]) -> list[str]:
+    """``argv`` with ``run`` put first where the Go binary's command line is given: no arguments at all (the Go
+    binary run bare, say by a manifest with no ``args``), or a leading flag other than help and version
+    (``-config FILE``). An unknown flag is still a usage error (``unrecognized arguments``, exit 2)."""
+    if not argv or (argv[0].startswith("-") and argv[0] not in TOP_LEVEL_FLAGS):
+        return ["run", *argv]
+    return argv
 
 
 def _print_warning(text: str) -> None:
@@ -187,9 +205,7 @@ def _state(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0].split("=", 1)[0] in ("-config", "--config"):
-        argv = ["run", *argv]  # the Go agent's command line: `nodevitals -config FILE`
+    argv = go_command_line(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     if args.command == "run":
         return _run(args)

@@ -18,7 +18,7 @@ from typing import Any, TypeGuard
 from nvdaemon.compat.node_exporter.flags import node_exporter_flags
 from nvdaemon.config import HISTORY_FILE_IN_DATA_DIR as HISTORY_FILE_IN_DATA_DIR  # noqa: PLC0414 (re-export)
 from nvdaemon.configcheck import ENV_VAR, ConfigIssue, path_problem
-from nvdaemon.sinks import webhook_url
+from nvdaemon.sinks import webhook_config, webhook_url
 
 GO_LISTEN = ":9847"  # the Go agent's listenAddr when it is empty
 GO_INTERVAL_SECONDS = 15
@@ -270,13 +270,7 @@ def _differences(raw: dict[str, Any], env: Mapping[str, str], notes: list[str]) 
                 f"sinks.webhook[{i}].url: plain http:// to a host that is not loopback, accepted as the Go agent does "
                 "(events travel unencrypted; use https://, or set allowInsecure: true to acknowledge)"
             )
-        listed_secrets = hook.get("secrets")
-        secrets = [hook.get("secret"), *(listed_secrets if isinstance(listed_secrets, list) else [])]
-        if any(isinstance(s, str) and s.startswith("whsec_") for s in secrets):
-            notes.append(
-                f"sinks.webhook[{i}]: a whsec_ secret is base64-decoded before signing (Standard Webhooks); the Go "
-                "agent signed with the whole string as the key"
-            )
+        notes += webhook_config.secret_notes(hook, f"sinks.webhook[{i}]")  # how each whsec_ secret becomes a key
 
 
 def _plain_http_to_remote(url: str) -> bool:

@@ -4,8 +4,11 @@
 space-separated, so a receiver holding either the new or the old key verifies during a rotation.
 
 Keys: a ``whsec_`` secret is base64 after the prefix and is decoded, as the specification says (the Go agent used
-the text as raw bytes, which no Standard Webhooks receiver accepts). Any other string is used as its UTF-8 bytes, for
-receivers written against the Go agent; such a key shorter than ``MIN_RAW_KEY_BYTES`` draws a startup warning.
+the text as raw bytes, which no Standard Webhooks receiver accepts). A ``whsec_`` secret that is not base64 (or is
+empty after the prefix) was still a working key for the Go agent, so it is used the Go way, as the whole string's
+UTF-8 bytes: refusing it would stop a migrated agent from starting. ``check-config`` notes it and the sink warns once
+at start. Any other string is used as its UTF-8 bytes, for receivers written against the Go agent; such a key shorter
+than ``MIN_RAW_KEY_BYTES`` draws a startup warning.
 
 Nothing here ever formats a key into a message: errors name what is wrong, never the value.
 """
@@ -26,25 +29,37 @@ class SecretError(ValueError):
     """A secret that cannot be used; the message never contains the secret."""
 
 
+def _whsec_key(secret: str) -> bytes | None:
+    """The base64-decoded key of a ``whsec_`` secret; None when the rest is not base64 or decodes to nothing."""
+    text = secret[len(PREFIX) :]
+    try:
+        # Tolerate missing padding, as the reference libraries do.
+        key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return key or None
+
+
+def is_go_raw_whsec(secret: str) -> bool:
+    """A ``whsec_`` secret that is not base64 after the prefix: signed with the whole string, as the Go agent did.
+    Standard Webhooks receivers cannot verify such signatures."""
+    return secret.startswith(PREFIX) and _whsec_key(secret) is None
+
+
 def decode_secret(secret: str) -> bytes:
     """The HMAC key for one configured secret."""
     if not secret:
         raise SecretError("the secret is empty")
     if secret.startswith(PREFIX):
-        text = secret[len(PREFIX) :]
-        try:
-            # Tolerate missing padding, as the reference libraries do; reject anything that is not base64.
-            key = base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-        except (binascii.Error, ValueError):
-            raise SecretError("a whsec_ secret must be base64 after the prefix") from None
-        if not key:
-            raise SecretError("a whsec_ secret must not be empty after the prefix")
-        return key
-    return secret.encode("utf-8")
+        key = _whsec_key(secret)
+        if key is not None:
+            return key
+    return secret.encode("utf-8")  # a raw secret, or a whsec_ one that is not base64 (the Go agent's key)
 
 
 def is_weak(secret: str) -> bool:
-    """A raw (non-``whsec_``) secret too short to be a good HMAC key."""
+    """A raw (non-``whsec_``) secret too short to be a good HMAC key. A ``whsec_`` secret that is not base64 has its
+    own warning (``is_go_raw_whsec``), so it is not counted here too."""
     return not secret.startswith(PREFIX) and len(secret.encode("utf-8")) < MIN_RAW_KEY_BYTES
 
 

@@ -109,6 +109,12 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         self._key_digest = hashlib.sha256(b"\0".join(self.keys)).hexdigest()
         if any(signing.is_weak(s) for s in secrets):
             log.warning("%s: a secret is shorter than %d bytes; use a whsec_ secret", name, signing.MIN_RAW_KEY_BYTES)
+        if any(signing.is_go_raw_whsec(s) for s in secrets):
+            log.warning(
+                "%s: a whsec_ secret is not base64 after the prefix, so the whole string is the key (as in the Go "
+                "agent); Standard Webhooks receivers will not verify it",
+                name,
+            )
         if not secrets and not self.key_error:
             log.warning("%s: no secret configured; deliveries are unsigned", name)
         # What /metrics and /v1/status show.

@@ -34,19 +34,9 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _OWN_PREFIXES = ("webhook-", "ce-")
 
 
-def webhook_issues(hook: Any, path: str) -> list[ConfigIssue]:
-    if not isinstance(hook, dict):
-        return []
-    issues: list[ConfigIssue] = []
-    url = hook.get("url")
-    insecure = hook.get("allowInsecure") is True
-    if isinstance(url, str):
-        why = webhook_url.check_url(url, insecure)
-        if why:
-            issues.append(ConfigIssue(f"{path}.url", why))
-    given = [k for k in ("secret", "secrets", "secretFile") if hook.get(k)]
-    if len(given) > 1:
-        issues.append(ConfigIssue(path, f"give only one of secret, secrets, secretFile (got {', '.join(given)})"))
+def _secrets(hook: dict[str, Any], path: str, issues: list[ConfigIssue]) -> list[tuple[str, str]]:
+    """Every configured secret string with the key path that names it (a secretFile line by its number); problems
+    reading the secretFile are added to ``issues``."""
     secrets: list[tuple[str, Any]] = []
     if isinstance(hook.get("secret"), str) and hook["secret"]:
         secrets.append((f"{path}.secret", hook["secret"]))
@@ -67,9 +57,46 @@ def webhook_issues(hook: Any, path: str) -> list[ConfigIssue]:
             if not lines:
                 issues.append(ConfigIssue(f"{path}.secretFile", "the secret file is empty"))
             secrets += [(f"{path}.secretFile (line {n + 1})", s) for n, s in enumerate(lines)]
-    for where, secret in secrets:
-        if not isinstance(secret, str):
-            continue  # a type error, reported by the struct check
+    return [(where, s) for where, s in secrets if isinstance(s, str)]  # another type: reported by the struct check
+
+
+def secret_notes(hook: Any, path: str) -> list[str]:
+    """``check-config`` notes on how each ``whsec_`` secret of one entry becomes a key (reads its secretFile, if
+    any; a file that cannot be read is reported by ``webhook_issues``). Names key paths, never a value."""
+    if not isinstance(hook, dict):
+        return []
+    notes: list[str] = []
+    whsec = [(where, s) for where, s in _secrets(hook, path, []) if s.startswith(signing.PREFIX)]
+    if any(not signing.is_go_raw_whsec(s) for _, s in whsec):
+        notes.append(
+            f"{path}: a whsec_ secret is base64-decoded before signing (Standard Webhooks); the Go agent signed with "
+            "the whole string as the key"
+        )
+    for where, secret in whsec:
+        if signing.is_go_raw_whsec(secret):
+            # The Go agent's key: refusing it would crash-loop a migrated agent whose receiver checks Go signatures.
+            notes.append(
+                f"{where}: not base64 after whsec_, so the whole string is the key, as in the Go agent; Standard "
+                "Webhooks receivers will not verify it (make one with whsec_ + the base64 of 24-64 random bytes, "
+                "e.g. whsec_$(openssl rand -base64 32))"
+            )
+    return notes
+
+
+def webhook_issues(hook: Any, path: str) -> list[ConfigIssue]:
+    if not isinstance(hook, dict):
+        return []
+    issues: list[ConfigIssue] = []
+    url = hook.get("url")
+    insecure = hook.get("allowInsecure") is True
+    if isinstance(url, str):
+        why = webhook_url.check_url(url, insecure)
+        if why:
+            issues.append(ConfigIssue(f"{path}.url", why))
+    given = [k for k in ("secret", "secrets", "secretFile") if hook.get(k)]
+    if len(given) > 1:
+        issues.append(ConfigIssue(path, f"give only one of secret, secrets, secretFile (got {', '.join(given)})"))
+    for where, secret in _secrets(hook, path, issues):
         try:
             signing.decode_secret(secret)
         except signing.SecretError as exc:

@@ -42,12 +42,21 @@ def test_decode_secret(secret: str, key: bytes) -> None:
     assert signing.decode_secret(secret) == key
 
 
-@pytest.mark.parametrize("secret", ["", "whsec_", "whsec_not base64!", "whsec_%%%%"])
-def test_bad_secrets_are_rejected_without_echo(secret: str) -> None:
-    with pytest.raises(signing.SecretError) as info:
-        signing.decode_secret(secret)
-    if secret.removeprefix("whsec_"):
-        assert secret.removeprefix("whsec_") not in str(info.value)
+def test_an_empty_secret_is_rejected() -> None:
+    with pytest.raises(signing.SecretError):
+        signing.decode_secret("")
+
+
+@pytest.mark.parametrize("secret", ["whsec_", "whsec_not base64!", "whsec_%%%%", "whsec_my-team-secret"])
+def test_a_whsec_secret_that_is_not_base64_is_the_go_agents_raw_key(secret: str) -> None:
+    assert signing.decode_secret(secret) == secret.encode("utf-8")
+    assert signing.is_go_raw_whsec(secret)
+    assert not signing.is_weak(secret)  # it has its own start warning
+
+
+def test_a_base64_whsec_secret_is_not_the_raw_form() -> None:
+    assert not signing.is_go_raw_whsec(SPEC_SECRET)
+    assert not signing.is_go_raw_whsec("plain-text-secret")
 
 
 @pytest.mark.parametrize(

@@ -79,18 +79,26 @@ def test_only_one_secret_source() -> None:
     assert "only one of" in found["sinks.webhook[0]"]
 
 
-def test_bad_whsec_secret_is_named_not_shown() -> None:
-    found = issues("- {url: 'https://a.example/', secrets: ['whsec_TOPSECRET!!']}\n")
-    assert "base64" in found["sinks.webhook[0].secrets[0]"]
+def test_non_base64_whsec_secret_is_noted_by_key_not_shown() -> None:
+    """The Go agent's form: used as the whole string's bytes, with a note naming the key, never the value."""
+    loaded = parse_config(
+        "sinks:\n  webhook:\n    - {url: 'https://a.example/', secrets: ['whsec_TOPSECRET!!']}\n", "t.yaml", env={}
+    )
+    assert loaded.config.sinks.webhook[0].secrets == ["whsec_TOPSECRET!!"]
+    [note] = [n for n in loaded.notes if n.startswith("sinks.webhook[0].secrets[0]:")]
+    assert "not base64" in note
+    assert "TOPSECRET" not in "\n".join(loaded.notes)
 
 
 def test_unreadable_or_bad_secret_file_names_the_key_not_the_content(tmp_path: Path) -> None:
     found = issues(f"- {{url: 'https://a.example/', secretFile: '{tmp_path / 'missing'}'}}\n")
     assert "cannot read the secret file" in found["sinks.webhook[0].secretFile"]
-    bad = tmp_path / "bad"
-    bad.write_text("whsec_TOPSECRET%%%\n")
-    found = issues(f"- {{url: 'https://a.example/', secretFile: '{bad}'}}\n")
-    assert "base64" in found["sinks.webhook[0].secretFile (line 1)"]
+    go_form = tmp_path / "go-form"
+    go_form.write_text("whsec_TOPSECRET%%%\n")
+    text = f"sinks:\n  webhook:\n    - {{url: 'https://a.example/', secretFile: '{go_form}'}}\n"
+    notes = parse_config(text, "t.yaml", env={}).notes
+    assert any(n.startswith("sinks.webhook[0].secretFile (line 1): not base64") for n in notes)
+    assert "TOPSECRET" not in "\n".join(notes)
 
 
 def test_headers_the_agent_sets_cannot_be_overridden() -> None:
