@@ -61,18 +61,10 @@ def free_port() -> int:
 wait_for = functools.partial(until_sync, timeout=60.0)  # a bound on failure only: each wait returns once true
 
 
-class Agent:
-    def __init__(self, tmp: Path, host: Path, config: Path) -> None:
-        self.host, self.config = host, config
-        self.port = int(config.read_text().split("127.0.0.1:")[1].split('"')[0])
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = (tmp / "agent.log").open("ab")
-        self.proc: subprocess.Popen[bytes] | None = None
+class HttpProbe:
+    """GETs against an agent's HTTP port at ``base`` (``http://127.0.0.1:PORT``)."""
 
-    def start(self) -> None:
-        cmd = [sys.executable, "-m", "nvdaemon", "run", "--host-root", str(self.host), "--config", str(self.config)]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, cwd=ROOT)
-        wait_for(lambda: self.get("/readyz")[0] == 200, "readyz 200")
+    base: str
 
     def get(self, path: str) -> tuple[int, bytes]:
         try:
@@ -89,6 +81,20 @@ class Agent:
         assert status == 200
         doc: dict[str, Any] = json.loads(body)
         return doc
+
+
+class Agent(HttpProbe):
+    def __init__(self, tmp: Path, host: Path, config: Path) -> None:
+        self.host, self.config = host, config
+        self.port = int(config.read_text().split("127.0.0.1:")[1].split('"')[0])
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = (tmp / "agent.log").open("ab")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        cmd = [sys.executable, "-m", "nvdaemon", "run", "--host-root", str(self.host), "--config", str(self.config)]
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, cwd=ROOT)
+        wait_for(lambda: self.get("/readyz")[0] == 200, "readyz 200")
 
     def ticks(self, tier: str = "core") -> int | None:
         """The tier's completed ticks, from ``/healthz`` (served over the probe lane even when every connection slot

@@ -10,21 +10,17 @@ as a bare command line cannot pass ``--host-root``) and binds a free loopback po
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from nvdaemon import cli
-from tests.test_e2e import GRACE, ROOT, free_port, wait_for
+from tests.test_e2e import GRACE, ROOT, HttpProbe, free_port, wait_for
 
 # `python -m nvdaemon ARGS...` with the Go default path moved to argv[1] first.
 LAUNCH = """
@@ -51,7 +47,7 @@ sinks:
 """
 
 
-class Bare:
+class Bare(HttpProbe):
     """One agent started with the Go command line ``args``, the Go default path pointing at ``go_default``."""
 
     def __init__(self, tmp: Path, go_default: Path, args: list[str]) -> None:
@@ -70,21 +66,6 @@ class Bare:
 
     def exited(self) -> bool:
         return self.proc is not None and self.proc.poll() is not None
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.base + path, timeout=5) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
-        except OSError:
-            return 0, b""
-
-    def status(self) -> dict[str, Any]:
-        code, body = self.get("/v1/status")
-        assert code == 200
-        doc: dict[str, Any] = json.loads(body)
-        return doc
 
     def stop(self) -> int:
         assert self.proc is not None
