@@ -255,8 +255,8 @@ def test_many_keep_alive_and_websocket_clients_are_closed_and_the_agent_exits(
         clients.close()
     log = (tmp_path / "agent.log").read_text()
     assert proc.returncode == 0, log[-2000:]
-    open_still = [s for s in clients.data if s not in clients.closed]
-    assert not open_still, f"{len(open_still)} client(s) not closed by the server"
+    # (Every socket reads EOF once the process is gone, so "all closed" after the exit proves nothing: the
+    # keep-alive clients were checked before it, above, and the streams by their 1001 close frames, below.)
     stop_line = next(li for li in log.splitlines() if STOPPED in li)
     print(
         f"\nlast keep-alive client closed {last_http:.2f}s after SIGTERM, the lock released at {released:.2f}s, "

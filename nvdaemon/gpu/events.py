@@ -98,16 +98,23 @@ def _pods(detail: dict[str, object]) -> list[dict[str, str]] | None:
     return [{str(k): str(v) for k, v in p.items()} for p in pods if isinstance(p, dict)]
 
 
+def is_lost_gpu(lost: tuple[str, str, str], answering: tuple[str, str, str]) -> bool:
+    """Is the GPU ``answering`` (device, uuid, pci bus id) the one recorded ``lost`` (the same three)? By UUID when
+    the record has one (an index moves when a GPU is gone after a reboot), else by PCI address, else by device. The
+    one rule for the gpu tier's EXIT (``same_gpu``) and the NVSentinel sink's clear (``LostGpu.answers``), so the
+    two always clear the same GPU."""
+    device, uuid, pci = lost
+    if uuid:
+        return answering[1] == uuid
+    if pci:
+        return answering[2] == pci
+    return answering[0] == device
+
+
 def same_gpu(enter: Event, ident: GpuIdentity) -> bool:
-    """Is ``ident`` the GPU this ``gpu_lost`` ENTER named? By UUID where both know it (an index moves when a GPU
-    is gone after a reboot), else by PCI address, else by index: as the NVSentinel sink matches a lost GPU
-    (``nvsentinel_map.LostGpu.answers``), so the two clear the same GPU."""
-    uuid, pci = str(enter.detail.get("gpu_uuid") or ""), str(enter.detail.get("pci_bus_id") or "")
-    if uuid and ident.uuid:
-        return uuid == ident.uuid
-    if pci and ident.pci_bus_id:
-        return pci == ident.pci_bus_id
-    return enter.device == device_name(ident.index)
+    """Is ``ident`` the GPU this ``gpu_lost`` ENTER named (``is_lost_gpu``)?"""
+    lost = (enter.device, str(enter.detail.get("gpu_uuid") or ""), str(enter.detail.get("pci_bus_id") or ""))
+    return is_lost_gpu(lost, (device_name(ident.index), ident.uuid, ident.pci_bus_id))
 
 
 def gpu_lost_exit(enter: Event, ident: GpuIdentity, *, node: str, seq: int, now: float) -> Event:

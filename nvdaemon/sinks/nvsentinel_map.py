@@ -47,6 +47,7 @@ from nvdaemon.engine import ActiveCondition
 from nvdaemon.gpu import xid_catalogue
 from nvdaemon.gpu.events import LOST_CONDITION as LOST_CONDITION  # noqa: PLC0414 (re-export: the reconciler's)
 from nvdaemon.gpu.events import XID_CONDITION as XID_CONDITION  # noqa: PLC0414 (re-export: the reconciler's)
+from nvdaemon.gpu.events import is_lost_gpu
 
 XID_CHECK = "NvdaemonGpuXidError"
 LOST_CHECK = "NvdaemonGpuFallenOff"
@@ -167,13 +168,9 @@ class LostGpu(msgspec.Struct, frozen=True):
     pods: str = ""  # pods_text() of the ENTER's detail.pods (GPU pod attribution)
 
     def answers(self, device: str, uuid: str, pci: str) -> bool:
-        """Is a GPU that answered with this identity this lost GPU? By uuid when known (indexes move when a GPU is
-        gone after a reboot), else by PCI address, else by index."""
-        if self.uuid:
-            return uuid == self.uuid
-        if self.pci:
-            return pci == self.pci
-        return device == self.device
+        """Is a GPU that answered with this identity this lost GPU? (``gpu.events.is_lost_gpu``: the gpu tier's
+        rule for its EXIT.)"""
+        return is_lost_gpu((self.device, self.uuid, self.pci), (device, uuid, pci))
 
 
 # ---- names -------------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 import msgspec
 
 from nvdaemon.model import Event
+from nvdaemon.sinks import spool_clock
 from nvdaemon.sinks.nvsentinel_map import Health, LostGpu, XidRecord, pods_text
 
 STATE_FILE = "nvsentinel.json"
@@ -60,9 +61,5 @@ def lost_record(ev: Event) -> LostGpu:
 
 
 def read_boot_id(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        return path.read_text(encoding="ascii").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
+    """The boot id at ``path`` (``spool_clock.read_boot_id``); None without a path."""
+    return None if path is None else spool_clock.read_boot_id(path)

@@ -58,6 +58,8 @@ def _boottime() -> float:
 
 
 def read_boot_id(path: Path = BOOT_ID) -> str | None:
+    """The kernel's boot id (``/proc/sys/kernel/random/boot_id``, or the same file under a procRoot); None when it
+    cannot be read."""
     try:
         return path.read_text(encoding="ascii").strip() or None
     except (OSError, UnicodeDecodeError):

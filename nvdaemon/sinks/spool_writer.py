@@ -121,6 +121,13 @@ class Buffer:
     def all(self) -> list[Item]:
         return self.oldest(self.count)
 
+    def take_all(self) -> list[Item]:
+        """Everything held, oldest first; the buffer is empty afterwards (same bounds)."""
+        held = self.all()
+        self._fifos.clear()
+        self.count = self.bytes = 0
+        return held
+
 
 class StorageHealth:
     """Whether the spool's last write succeeded; the retry delay while it does not.

@@ -174,8 +174,7 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         delivered rows not yet deleted are deleted by this one (not sent again)."""
         if not isinstance(old, WebhookEndpoint):
             return
-        held = old.writer.buffer.all()
-        old.writer.buffer = type(old.writer.buffer)(old.writer.buffer.max_events, old.writer.buffer.max_bytes)
+        held = old.writer.buffer.take_all()
         writer = self.writer
         for item in held:
             writer.taken_seq = max(writer.taken_seq, item.seq)
@@ -209,8 +208,7 @@ class WebhookEndpoint(BusSubscriber, CommitTracker):
         buffer or still in the bus channel (the writer's final drain stops at a refused write or its deadline), are
         dropped, counted and logged. A replaced endpoint has handed them over already (``take_over``)."""
         super().close()  # no event arrives after this
-        left = [i.event_id for i in self.writer.buffer.all()]
-        self.writer.buffer = type(self.writer.buffer)(self.writer.buffer.max_events, self.writer.buffer.max_bytes)
+        left = [i.event_id for i in self.writer.buffer.take_all()]
         left += [ev.id for ev in self.leftovers()]
         self.drop("unspooled_at_stop", left)
 

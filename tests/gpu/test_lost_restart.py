@@ -85,6 +85,8 @@ def test_three_restarts_with_gpu5_lost_then_healthy_send_one_enter_and_its_exit(
         agent.start()
         agent.wait_ticks(3, "gpu")  # the first tick finds gpu5 lost; the later ones would repeat nothing
         assert agent.stop()[0] == 0
+        # Still lost: neither a second ENTER nor an early EXIT in this run.
+        assert [p for p, c, _, _ in logged(agent) if c == "gpu_lost"] == ["ENTER"]
 
     # The node rebooted and gpu5 answers again.
     agent.config.write_text(agent.config.read_text().replace(str(LOST), str(HEALTHY)))

@@ -164,6 +164,9 @@ def test_lost_gpu_condition_survives_a_restart_and_clears_when_the_gpu_answers(
     sent = len(connector.ok_events())
     agent.start()
     settled(agent, tier="gpu")
+    agent.log.flush()
+    # The restarted agent saw gpu5 lost again (and said why it raised nothing): not merely a quiet tier.
+    assert "gpu5 is still lost (gpu_lost ENTER" in Path(str(agent.log.name)).read_text()
     assert events(agent, "gpu_lost", "ENTER") == []
     assert len(connector.ok_events()) == sent and lost_status(connector) == "True"
     assert agent.stop()[0] == 0

@@ -141,8 +141,11 @@ def test_the_system_clock_is_boottime_of_this_boot() -> None:
     except OSError as exc:
         pytest.skip(f"no boot id here ({exc.strerror}): the clock is trusted within one process only")
     assert clock.boot_id == boot_id
+    # CLOCK_BOOTTIME itself: bracketed by two readings of it (a wall or monotonic clock would fall outside).
+    before = time.clock_gettime(time.CLOCK_BOOTTIME)
     a = clock.now()
-    assert 0 < a <= clock.now()
+    after = time.clock_gettime(time.CLOCK_BOOTTIME)
+    assert before <= a <= after
 
 
 def test_spool_list_shows_the_age_the_expiry_uses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -231,6 +234,13 @@ def test_the_agent_expires_nothing_when_the_wall_clock_jumps_four_days(
             agent.start()
             wait_for(lambda: sink_state(agent, sink).get("backlog", 0) >= 3, "a backlog of 3 events")
             offset.write_text("+4d\n")
+            seen = len(rx.received)
+            # The agent saw the step: a later attempt is signed with a webhook-timestamp days ahead of this clock.
+            stepped = time.time() + 3 * 86400
+            wait_for(
+                lambda: any(int(r.headers.get("webhook-timestamp", "0")) > stepped for r in rx.received[seen:]),
+                "an attempt signed after the 4-day step",
+            )
             seen = len(rx.received)
             wait_for(
                 lambda: len(rx.received) >= seen + 5 or sink_state(agent, sink).get("deadLetters"),

@@ -144,6 +144,8 @@ async def test_a_huge_answer_is_not_read_and_its_connection_is_closed(tmp_path: 
             await until(lambda: sink.attempts.get("success") == 3)
             assert sink.attempts == {"retryable": 1, "success": 3}  # outcomes by status, as before
             assert sink.backlog == 0 and sink.dropped_counts() == {}
+            # The receiver's handler threads note a huge answer once their write to the closed connection failed.
+            await until(lambda: len(rx.sent) == 2, lambda: f"the receiver's two huge answers cut: {rx.sent}")
     assert len(transport.read) == 4
     assert max(transport.read[:2]) <= READ_BOUND, transport.read  # not HUGE
     assert len(rx.sent) == 2 and max(rx.sent) < HUGE  # the receiver's writes failed: the agent had closed
