@@ -6,7 +6,8 @@ Each reference is measured in the same run, on the same machine:
 - ``bench/floor.py``: CPU per core-tier cycle against reading the same files with no parsing (target <= 3x);
 - ``bench/scrape.py``: /metrics p99 and CPU per scrape, 500 interleaved scrapes of ours (core tier + the
   node_exporter surface) and of Debian's node_exporter, on ``fixtures/hosts/gpunode`` and on this machine's own
-  root, over a kept-alive connection and over a new connection per scrape (target ratio <= 0.25);
+  root, over a kept-alive connection and over a new connection per scrape, both asked for gzip as Prometheus asks
+  (target ratio <= 0.25), and the gzip bytes on the wire per scrape;
 - ``bench/steady.py``: CPU seconds per hour at a real 15 s interval and scrape rate (not scaled), side by side: the
   core tier with the node_* surface (target ratio <= 0.5) and every tier and sink (target ratio <= 1, RSS <= 64 MiB),
   against node_exporter;

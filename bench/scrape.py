@@ -7,11 +7,16 @@ textfile directory, every collector of ``options.DEFAULTS``), default interval (
 cached exposition, and the first scrape after a tick renders the parts that tick changed (so any tick that falls
 inside a loop is paid by a measured scrape). Theirs: Debian's node_exporter with the flags of
 ``tests/node_exporter/oracle.py`` (same host root, same filters, the same collectors), which collects on every
-scrape. For each host and each connection mode, SCRAPES scrapes of each, alternately (ours, then theirs), without
-gzip: "keep-alive" reuses one connection per side as Prometheus does; "new connection" connects, scrapes and closes
-each time (what a scraper that does not keep connections costs). Latency is the client's wall time for the whole
-exchange (connect included in the second mode). CPU per scrape: the utime+stime delta of each process
-(/proc/<pid>/stat) over the loop, divided by the scrapes; ours therefore includes any tick inside the loop.
+scrape. For each host and each connection mode, SCRAPES scrapes of each, alternately (ours, then theirs), each
+asking ``Accept-Encoding: gzip`` as Prometheus does (both answer gzip; an answer that is not gzip fails the
+benchmark): "keep-alive" reuses one connection per side as Prometheus does; "new connection" connects, scrapes and
+closes each time (what a scraper that does not keep connections costs). Latency is the client's wall time for the
+whole exchange up to the last byte of the compressed body (connect included in the second mode; decompressing, done
+after the clock stops, is not). CPU per scrape: the utime+stime delta of each process (/proc/<pid>/stat) over the
+loop, divided by the scrapes; ours therefore includes any tick inside the loop, and the one compression of each
+changed page. Bytes per scrape: the body on the wire (gzip; the response head not counted), per host, from the
+keep-alive loop (the page is the same in both modes); ``exposition_bytes`` in the raw figures is the page after
+decompression. Every answer is decompressed; the warm-up answers are also parsed as an exposition.
 
 ``BENCH_NODE_EXPORTER_COLLECTORS=loadavg,cpu`` restricts both sides to those collectors (while developing);
 ``BENCH_SCRAPES`` changes SCRAPES. ``python -m bench.scrape`` runs it alone.
@@ -20,6 +25,8 @@ exchange (connect included in the second mode). CPU per scrape: the utime+stime 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import gzip
 import http.client
 import os
 import re
@@ -33,6 +40,7 @@ from typing import IO, Any
 from bench.common import FIXTURES, AgentProcess, BenchError, cpu_seconds, free_port, percentile, stop_process
 from bench.table import Row, Target
 from nvdaemon.compat.node_exporter.options import DEFAULTS
+from tests.node_exporter.exposition import parse
 from tests.node_exporter.oracle import binary, flags_for, options_for, textfile_dir
 
 SCRAPES = int(os.environ.get("BENCH_SCRAPES", "500"))
@@ -41,6 +49,12 @@ HOST = FIXTURES / "hosts" / "gpunode"
 HOSTS = (("gpunode", HOST), ("this host", Path("/")))  # (figure label, host root)
 MODES = ("keep-alive", "new connection")
 TARGET = Target("ratio", "<=", 0.25)
+# What Prometheus 2.x sends with every scrape (scrape/scrape.go), bar its timeout header.
+HEADERS = {
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+}
 
 
 def collectors() -> list[str]:
@@ -95,7 +109,7 @@ class NodeExporter:
                 err = self.log.read().decode(errors="replace")
                 raise BenchError(f"node_exporter exited with {self.proc.returncode}: {err[-2000:]}")
             with contextlib.suppress(OSError):
-                if scrape(http.client.HTTPConnection("127.0.0.1", self.port, timeout=5))[1] == 200:
+                if scrape(http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)).status == 200:
                     return self
             if time.monotonic() > deadline:
                 raise BenchError("node_exporter did not answer within 20 s")
@@ -108,21 +122,39 @@ class NodeExporter:
             self.log.close()
 
 
-def scrape(conn: http.client.HTTPConnection) -> tuple[int, int]:
-    """One GET /metrics over ``conn`` (kept alive, or connected by this request): (bytes, status)."""
-    conn.request("GET", "/metrics", headers={"Accept": "text/plain"})
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    status: int
+    encoding: str  # Content-Encoding ("" for identity)
+    body: bytes  # as it came over the wire
+
+    def page(self, who: str) -> bytes:
+        """The exposition, decompressed; BenchError unless the answer was gzip (both sides answer gzip when asked)."""
+        if self.status != 200:
+            raise BenchError(f"{who}: /metrics answered {self.status}")
+        if self.encoding != "gzip":
+            raise BenchError(f"{who}: /metrics answered {self.encoding or 'identity'} to Accept-Encoding: gzip")
+        try:
+            return gzip.decompress(self.body)
+        except (OSError, EOFError) as exc:
+            raise BenchError(f"{who}: /metrics sent a broken gzip body: {exc}") from exc
+
+
+def scrape(conn: http.client.HTTPConnection) -> Answer:
+    """One GET /metrics over ``conn`` (kept alive, or connected by this request) with Prometheus's headers."""
+    conn.request("GET", "/metrics", headers=HEADERS)
     resp = conn.getresponse()
     body = resp.read()
-    return len(body), resp.status
+    return Answer(resp.status, resp.getheader("Content-Encoding", ""), body)
 
 
-def scraper(port: int, mode: str) -> tuple[Callable[[], tuple[int, int]], Callable[[], None]]:
+def scraper(port: int, mode: str) -> tuple[Callable[[], Answer], Callable[[], None]]:
     """(one scrape, close) for ``mode``: one kept-alive connection, or a new one per scrape, closed after it."""
     if mode == "keep-alive":
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         return (lambda: scrape(conn)), conn.close
 
-    def fresh() -> tuple[int, int]:
+    def fresh() -> Answer:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         try:
             return scrape(conn)
@@ -156,22 +188,26 @@ def reference(root: Path, names: list[str]) -> Iterator[NodeExporter | None]:
 def interleaved(targets: list[tuple[str, int, int]], mode: str) -> dict[str, Any]:
     """SCRAPES scrapes of each target (who, pid, port) in ``mode``, alternately: raw figures keyed by ``who``."""
     scrapers = {who: scraper(port, mode) for who, _, port in targets}
-    for do, _ in scrapers.values():
+    for who, (do, _) in scrapers.items():
         for _ in range(WARMUP):
-            if (status := do()[1]) != 200:
-                raise BenchError(f"/metrics answered {status}")
+            try:
+                parse(do().page(who).decode())
+            except ValueError as exc:  # UnicodeDecodeError included
+                raise BenchError(f"{who}: /metrics is not a valid exposition: {exc}") from exc
     times: dict[str, list[float]] = {who: [] for who, _, _ in targets}
     sizes: dict[str, int] = {}
+    wire: dict[str, int] = {}
     cpu0 = {who: cpu_seconds(pid) for who, pid, _ in targets}
     for _ in range(SCRAPES):
         for who, _, _ in targets:  # interleaved: ours, then theirs
             do = scrapers[who][0]
             t0 = time.perf_counter()
             try:
-                sizes[who], _ = do()
+                answer = do()
             except OSError as exc:
                 raise BenchError(f"{who}: /metrics scrape {len(times[who]) + 1} ({mode}) failed: {exc!r}") from exc
             times[who].append(time.perf_counter() - t0)
+            sizes[who], wire[who] = len(answer.page(who)), len(answer.body)
     cpu = {who: (cpu_seconds(pid) - cpu0[who]) / SCRAPES for who, pid, _ in targets}
     for _, close in scrapers.values():
         close()
@@ -181,6 +217,7 @@ def interleaved(targets: list[tuple[str, int, int]], mode: str) -> dict[str, Any
         out[f"{who}_p99_ms"] = percentile(took, 99) * 1000
         out[f"{who}_cpu_ms_per_scrape"] = cpu[who] * 1000
         out[f"{who}_exposition_bytes"] = sizes[who]
+        out[f"{who}_wire_bytes"] = wire[who]
     return out
 
 
@@ -220,6 +257,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
                 rows.append(
                     Row(f"{label} CPU/scrape", raw[k + "ours_cpu_ms_per_scrape"], "ms", ref("cpu_ms_per_scrape"))
                 )
+                rows.append(Row(f"{label} gzip bytes/scrape", raw[k + "ours_wire_bytes"], "B", ref("wire_bytes")))
     return rows, raw
 
 

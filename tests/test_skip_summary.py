@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,14 +21,28 @@ PASSES = "tests/test_polling.py::test_until_sync_returns_and_times_out"
 
 
 def pytest_run(tmp_path: Path, *tests: str) -> list[str]:
-    """The output lines of ``pytest -q TESTS`` with PATH holding nothing but an empty directory."""
+    """The output lines of ``pytest -q TESTS`` with PATH holding nothing but an empty directory.
+
+    The inner run gets a base temporary directory of its own. Without one it takes the next numbered directory
+    beside the outer suite's, and when it ends, before its summary, it deletes the old ones: a whole earlier suite's
+    temporary files. Once, on a loaded CI runner, an inner run printed its last test and then no summary for 300 s;
+    that clean-up is the one step in between. If the run still hangs, faulthandler prints where each of its threads
+    is before it is killed."""
     empty = tmp_path / "bin"
     empty.mkdir(exist_ok=True)
-    env = {**os.environ, "PATH": str(empty)}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout.splitlines()
+    env = {**os.environ, "PATH": str(empty), "PYTHONFAULTHANDLER": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}", *tests]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack on stderr, then the process dies
+        out, err = proc.communicate()
+        pytest.fail(
+            f"the inner pytest did not exit within 300 s; its threads:\n{err[-6000:]}\nits output:\n{out[-2000:]}"
+        )
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    return out.splitlines()
 
 
 def test_one_line_names_every_skipped_group_with_where_how_many_and_why(tmp_path: Path) -> None:

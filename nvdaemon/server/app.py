@@ -29,7 +29,7 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from nvdaemon.server import accept, asgi, history_routes, listen, stream_routes
-from nvdaemon.server.metrics import CONTENT_TYPE, MetricsCache
+from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.server.responses import json_response
 from nvdaemon.server.state import state_samples, status_document
 from nvdaemon.server.token import ApiToken
@@ -105,7 +105,10 @@ def build_app(view: AgentView, server_config: ServerConfig, metrics: MetricsCach
 
     @app.get("/metrics")
     async def get_metrics() -> Response:
-        return Response(metrics.render(), content_type=CONTENT_TYPE)
+        # HEAD comes here (GET is answered in front of quart, serve_http): the same headers, Content-Length that of
+        # the body a GET would get (gzipped when accepted), no body.
+        headers, body = metrics.answer(request.headers.getlist("Accept-Encoding"))
+        return Response(body, headers={k.decode(): v.decode() for k, v in headers})
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -183,7 +186,7 @@ async def serve_http(
 
     asgi.install()
     metrics = MetricsCache(view)  # GET /metrics is answered in front of quart; HEAD and the rest go through it
-    pages = {"/metrics": (CONTENT_TYPE.encode(), metrics.render)}
+    pages = {"/metrics": metrics.page}
     app = asgi.front(build_app(view, server_config, metrics=metrics), probe, pages)
     user_timeout = listen.user_timeout_ms(s.header_timeout_seconds)
     socks = sockets

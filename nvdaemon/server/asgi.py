@@ -62,7 +62,9 @@ ASGIApp = Any  # an ASGI 3 callable: (scope, receive, send) -> None
 
 WORK_SLOTS = 16  # HTTP requests (other than the probes) between arrival and the start of their response
 Probe = Callable[[str], "tuple[int, bytes] | None"]  # path -> (status, JSON body); None: not a probe path
-Page = tuple[bytes, Callable[[], bytes]]  # a GET answered without quart: (content type, the body's source)
+# A GET answered without quart: its raw request headers -> (response headers but the length, body); /metrics
+# reads Accept-Encoding there.
+Page = Callable[[list[tuple[bytes, bytes]]], tuple[list[tuple[bytes, bytes]], bytes]]
 
 FrameWriter = Callable[[bytes], Awaitable[None]]  # complete websocket frames -> the connection's socket
 _FRAME_WRITER: contextvars.ContextVar[FrameWriter | None] = contextvars.ContextVar("frame_writer", default=None)
@@ -116,9 +118,8 @@ def front(app: ASGIApp, probe: Probe, pages: Mapping[str, Page] | None = None) -
         holding = True
         try:
             if scope["method"] == "GET" and (page := direct.get(scope["path"])) is not None:
-                content_type, body_of = page
-                body = body_of()
-                headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+                headers, body = page(scope["headers"])
+                headers = [*headers, (b"content-length", str(len(body)).encode())]
                 await send_guarded({"type": "http.response.start", "status": 200, "headers": headers})
                 await send_guarded({"type": "http.response.body", "body": body, "more_body": False})
                 return

@@ -8,6 +8,9 @@ smart tier's self metrics, the dcgm, smartctl and node_exporter surfaces (keyed 
 they also read), and the small parts whose inputs carry no version of their own (the tier loops' ticks, the
 agent's self metrics, the sinks' metrics, the process's), rendered again on every scrape that finds the key
 changed. ``MetricsCache.renders`` counts renders per part. Between changes every scrape gets the same cached bytes.
+A scrape that accepts gzip (``Accept-Encoding``, q-values honoured) gets the gzip of those bytes, compressed once
+per changed page (``nvdaemon.server.gzip_body``; ``MetricsCache.compressions`` counts them), with
+``Content-Encoding: gzip``; every answer carries ``Vary: Accept-Encoding``.
 The text is written by ``nvdaemon.exposition``, byte for byte what prometheus_client wrote before.
 
 Two self metrics carry the Go agent's label sets exactly (nodevitals-contract.md §2):
@@ -31,6 +34,7 @@ from nvdaemon.compat.node_exporter.surface import render_node_exporter
 from nvdaemon.compat.smartctl import render_smartctl
 from nvdaemon.exposition import header, render, sample_line
 from nvdaemon.model import Kind
+from nvdaemon.server.gzip_body import GzipBody, accept_encodings, accepts_gzip
 from nvdaemon.server.self_metrics import BUILD_INFO, process_metrics, self_metrics, sink_metrics
 from nvdaemon.server.smart_metrics import smart_self_metrics
 from nvdaemon.server.tier_metrics import tier_self_metrics
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
 
 PREFIX = "nodevitals_hw_"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+Headers = list[tuple[bytes, bytes]]
 # The collector status families, in exposition order: (name as exposed, HELP, type, value of a status).
 STATUS_FAMILIES: tuple[tuple[str, str, str, Callable[[Any], float]], ...] = (
     (
@@ -131,6 +136,7 @@ class MetricsCache:
         # part -> (the objects it was rendered from, compared by identity; the values, compared by equality; text)
         self._parts: dict[str, tuple[tuple[object, ...], tuple[object, ...], Any]] = {}
         self.renders: Counter[str] = Counter()  # part -> times rendered
+        self._gzip = GzipBody()
 
     def _part(self, name: str, refs: tuple[object, ...], values: tuple[object, ...], make: Callable[[], Any]) -> Any:
         cached = self._parts.get(name)
@@ -145,6 +151,23 @@ class MetricsCache:
         self._parts[name] = (refs, values, text)
         self.renders[name] += 1
         return text
+
+    @property
+    def compressions(self) -> int:
+        """How many times a page was gzipped (at most once per changed page)."""
+        return self._gzip.compressions
+
+    def answer(self, accept_encoding: Sequence[str]) -> tuple[Headers, bytes]:
+        """The response headers (content type, ``Vary``, ``Content-Encoding`` when gzipped; not the length) and body
+        of a scrape with these ``Accept-Encoding`` header lines (none: identity)."""
+        headers = [(b"content-type", CONTENT_TYPE.encode()), (b"vary", b"Accept-Encoding")]
+        if accepts_gzip(accept_encodings(accept_encoding)):
+            return [*headers, (b"content-encoding", b"gzip")], self._gzip.of(self.render())
+        return headers, self.render()
+
+    def page(self, request_headers: Headers) -> tuple[Headers, bytes]:
+        """``answer`` for raw ASGI request headers (the GET answered in front of quart)."""
+        return self.answer([v.decode("latin-1") for k, v in request_headers if k.lower() == b"accept-encoding"])
 
     def render(self) -> bytes:
         view = self.view

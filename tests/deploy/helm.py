@@ -43,11 +43,11 @@ def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _render(values_json: str) -> str:
+def _render(values_json: str, release: str) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
         f.write(values_json)  # JSON is YAML
         f.flush()
-        proc = run_helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", f.name)
+        proc = run_helm("template", release, str(CHART), "--namespace", NAMESPACE, "-f", f.name)
     if proc.returncode != 0:
         raise RenderError(proc.stderr)
     return proc.stdout
@@ -90,8 +90,8 @@ class Rendered:
         return out
 
 
-def render(values: dict[str, Any] | None = None) -> Rendered:
-    text = _render(json.dumps(values or {}, sort_keys=True))
+def render(values: dict[str, Any] | None = None, release: str = RELEASE) -> Rendered:
+    text = _render(json.dumps(values or {}, sort_keys=True), release)
     docs = [d for d in yaml.safe_load_all(text) if d]
     return Rendered(text, docs)
 
@@ -120,7 +120,7 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def notes(tmp_path: Path, values: dict[str, Any]) -> str:
+def notes(tmp_path: Path, values: dict[str, Any], release: str = RELEASE) -> str:
     """NOTES.txt as helm renders it (helm template skips NOTES and `install --dry-run` wants a cluster): a copy of the
     chart renders it through `tpl` into a ConfigMap."""
     chart = tmp_path / "chart"
@@ -133,7 +133,7 @@ def notes(tmp_path: Path, values: dict[str, Any]) -> str:
     (chart / "values.override.yaml").write_text(json.dumps(values))
     proc = run_helm(
         "template",
-        RELEASE,
+        release,
         str(chart),
         "--namespace",
         NAMESPACE,

@@ -1,10 +1,27 @@
 {{/* Names: release-prefixed, 63 characters at most (DNS label). */}}
 {{- define "nvdaemon.name" -}}
+{{- if include "nvdaemon.goNames" . -}}nodevitals
+{{- else -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when the Go chart's names are rendered (goNames: true, or auto with the release named nodevitals, as the Go
+quickstart's `helm install nodevitals` names it): every resource named as the Go chart names it whatever the release
+(nodevitals-core, -smart, -gpu, nodevitals for singlePod, nodevitals-webhooks, nodevitals-metrics, the ServiceMonitor
+nodevitals), app.kubernetes.io/name nodevitals, and selectors of exactly the Go chart's labels (name and component,
+no instance): a DaemonSet's selector is immutable, so an in-place `helm upgrade` of a Go release needs the same one.
+nameOverride and fullnameOverride are then unused.
+*/}}
+{{- define "nvdaemon.goNames" -}}
+{{- $set := toString .Values.goNames -}}
+{{- if or (eq $set "true") (and (ne $set "false") (eq .Release.Name "nodevitals")) -}}true{{- end -}}
 {{- end -}}
 
 {{- define "nvdaemon.fullname" -}}
-{{- if .Values.fullnameOverride -}}
+{{- if include "nvdaemon.goNames" . -}}nodevitals
+{{- else if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := default .Chart.Name .Values.nameOverride -}}
@@ -22,12 +39,17 @@
 
 {{- define "nvdaemon.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "nvdaemon.name" . }}
+{{- if not (include "nvdaemon.goNames" .) }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
 {{- end -}}
 
 {{- define "nvdaemon.labels" -}}
 helm.sh/chart: {{ include "nvdaemon.chart" . }}
 {{ include "nvdaemon.selectorLabels" . }}
+{{- if include "nvdaemon.goNames" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: nvdaemon
@@ -79,7 +101,7 @@ the pods to GPU nodes (singlePod on a mixed fleet keeps one pod on every node); 
 {{- $sets := list -}}
 {{- if $.Values.singlePod -}}
 {{- if $enabled -}}
-{{- $sets = append $sets (dict "suffix" "" "component" "agent" "state" "all" "tiers" $enabled) -}}
+{{- $sets = append $sets (dict "suffix" "" "component" (ternary "single" "agent" (not (empty (include "nvdaemon.goNames" $)))) "state" "all" "tiers" $enabled) -}}
 {{- end -}}
 {{- else -}}
 {{- range $tier := $enabled -}}
@@ -112,11 +134,17 @@ the pods to GPU nodes (singlePod on a mixed fleet keeps one pod on every node); 
 {{- printf "%s-webhooks" (include "nvdaemon.fullname" .) -}}
 {{- end -}}
 
+{{/* The key of webhook <index>'s inline secret: the Go chart's secret-<i> with goNames (a Go pod that restarts
+during the rollout still finds its key), else webhook-<i>. (. = dict "root" $ "index" i) */}}
+{{- define "nvdaemon.secretKey" -}}
+{{- printf "%s-%d" (ternary "secret" "webhook" (not (empty (include "nvdaemon.goNames" .root)))) (int .index) -}}
+{{- end -}}
+
 {{- define "nvdaemon.secretData" -}}
 {{- $data := dict -}}
 {{- range $i, $hook := .Values.webhooks -}}
 {{- if and $hook.secret (not $hook.existingSecret) -}}
-{{- $_ := set $data (printf "webhook-%d" $i) ($hook.secret | b64enc) -}}
+{{- $_ := set $data (include "nvdaemon.secretKey" (dict "root" $ "index" $i)) ($hook.secret | b64enc) -}}
 {{- end -}}
 {{- end -}}
 {{- if $data -}}
