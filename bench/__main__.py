@@ -9,11 +9,12 @@ Each reference is measured in the same run, on the same machine:
   root, over a kept-alive connection and over a new connection per scrape, both asked for gzip as Prometheus asks
   (target ratio <= 0.25), and the gzip bytes on the wire per scrape;
 - ``bench/steady.py``: CPU seconds per hour at a real 15 s interval and scrape rate (not scaled), side by side: the
-  core tier with the node_* surface (target ratio <= 0.5) and every tier and sink (target ratio <= 1, RSS <= 64 MiB),
+  core tier with the node_* surface (target ratio <= 0.5) and every tier and sink (target ratio <= 1, RSS <= 80 MiB),
   against node_exporter;
 - ``bench/growth.py``: cycle and render CPU at 1/8/64 GPUs, 4/24/60 disks, 10/100/1,000 textfile series: the cost
   per unit (least squares), the fixed cost, and how linear it is;
-- ``bench/rss.py``: peak RSS of each pod shape the chart renders, and of the core pod with a full spool (<= 64 MiB);
+- ``bench/rss.py``: peak RSS of each pod shape the chart renders, and of the core pod with a full spool (<= 64 MiB;
+  80 MiB for a shape with NVSentinel);
 - ``bench/latency.py``: a fixture change -> ENTER at a webhook receiver, a websocket client and the NVSentinel
   connector, from the start of the tick that saw it (target p99 <= 50 ms);
 - ``bench/stream.py``, ``bench/webhook.py``, ``bench/history.py``: the delivery and storage figures;

@@ -69,7 +69,7 @@ SCENARIO = FIXTURES / "nvml" / "h100-8gpu-thermal-throttle.json"
 STANDIN = FIXTURES / "smartctl" / "smartctl"
 CORE_TARGET = Target("ratio", "<=", 0.5)
 FULL_TARGET = Target("ratio", "<=", 1.0)
-RSS_TARGET = Target("value", "<=", 64.0)
+RSS_TARGET = Target("value", "<=", 80.0)  # every tier and sink, NVSentinel (grpcio) included: bench/rss.py
 LAST_TICK = re.compile(r'^nodevitals_tier_last_tick_timestamp_seconds\{tier="([^"]+)"\} (\S+)$', re.MULTILINE)
 
 

@@ -41,11 +41,11 @@ from nvdaemon.model import Event, new_event_id
 from nvdaemon.reloading import Rules, prepare_reload
 from nvdaemon.seqmark import MARK_FILE, SeqMark
 from nvdaemon.server.app import Listening, serve_http
-from nvdaemon.sinks import Durable, Sink, SinkContext, build_sinks
+from nvdaemon.sinks import Durable, Sink, SinkContext, SnapshotConsumer, build_sinks
 from nvdaemon.statefile import atomic_write, quarantine
 from nvdaemon.supervise import Supervisor, TaskState, describe
 from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
-from nvdaemon.view import AgentView, Surfaces
+from nvdaemon.view import AgentView, EventKey, Surfaces
 
 if TYPE_CHECKING:
     from nvdaemon.sinks.stream import StreamHub
@@ -57,7 +57,6 @@ ENGINE_FILE = "engine.json"
 DURABLE_WAIT_SECONDS = 1.0
 HTTP_STOP_SECONDS = 10.0  # a replaced HTTP server's graceful stop (hypercorn's own is at most 5 s), then cancelled
 FINAL_SHARE = 0.25  # of shutdownGraceSeconds, kept for the final engine-state persist and the HTTP stop
-EventKey = tuple[str, str, str, str, str, str, str]  # nodevitals_events_total's labels: see model.Event.count_key
 
 
 class Agent:
@@ -262,8 +261,9 @@ class Agent:
                 pods=self.gpu.pods_of_device if self.gpu is not None and snap.tier == "gpu" else None,
             )
         )
-        if self.history is not None:
-            self.history.ingest(snap)  # in-memory accumulation; the history task writes the windows
+        for sink in self.sinks.values():
+            if isinstance(sink, SnapshotConsumer):  # history: in-memory accumulation; its task writes the windows
+                sink.ingest(snap)
 
     # ---- health ---------------------------------------------------------------------------------------------
     def health_problems(self) -> list[str]:

@@ -6,8 +6,9 @@ Callers and their numbers (seconds):
 - webhook deliveries (``sinks.webhook``): ``backoffBaseSeconds``, ``backoffMaxSeconds``, factor 2, full jitter;
 - refused spool writes (``sinks.spool_writer.StorageHealth``): the endpoint's base, its cap but at most 30, factor 2,
   equal jitter;
-- NVSentinel sends (``sinks.nvsentinel_reconciler``): ``retryInitialSeconds``, no cap (``maxAttempts`` bounds the
-  retries), factor ``retryMultiplier``, ``retryJitter`` either side.
+- NVSentinel sends (``sinks.nvsentinel_reconciler``): ``retryInitialSeconds``, no cap within a pass (``maxAttempts``
+  bounds the retries), factor ``retryMultiplier``, ``retryJitter`` either side; across ticks a held send waits the
+  same formula carried on, at most 60 s (``sinks.nvsentinel_hold``).
 
 Pure: the random draw is the caller's (each has an injectable ``jitter`` source, so tests pin it).
 """

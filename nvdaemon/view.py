@@ -4,21 +4,29 @@ The server (``nvdaemon/server``) renders ``/metrics``, ``/healthz``, ``/readyz``
 writes nothing back; ``nvdaemon/app.py``'s ``Agent`` satisfies ``AgentView`` structurally (mypy checks it where the
 agent hands itself to ``serve_http``), and tests pass a small fake instead. Every member is a read-only property or
 a query method: the view has no setters, and the mappings it gives are typed as ``Mapping`` (not to be changed).
-Nothing here reads a file; times are Unix seconds (wall clock) unless a member says otherwise.
+Nothing here reads a file but ``query_history`` (the history store, through the sink); times are Unix seconds (wall
+clock) unless a member says otherwise.
+
+The server imports nothing of ``nvdaemon.sinks`` or ``nvdaemon.history`` (an import-linter contract in
+pyproject.toml): what a route needs of a sink or of history, this module gives as plain values or through the small
+protocols below (``webhook_targets``, ``query_history``, ``event_stream``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 if TYPE_CHECKING:
+    import trio
+
     from nvdaemon.engine import ActiveCondition, SeriesKey
     from nvdaemon.exposition import Metric
     from nvdaemon.gpu import GpuRuntime
     from nvdaemon.history.service import HistorySink
     from nvdaemon.model import Event
-    from nvdaemon.sinks.stream import StreamHub
+    from nvdaemon.sinks.stream import Client, Cursor, Filters, Replay, StreamHub
     from nvdaemon.tiers import TierSnapshot
 
 EventKey = tuple[str, str, str, str, str, str, str]  # nodevitals_events_total's labels (model.Event.count_key)
@@ -133,3 +141,186 @@ class AgentView(Protocol):
     def active_tiers(self) -> list[str]: ...
     def interval(self, tier: str) -> float: ...  # the tier's collection interval, seconds
     def health_problems(self) -> list[str]: ...  # why /healthz fails; empty when healthy
+
+
+# ---- what the routes need of the sinks and of history -----------------------------------------------------------
+def webhook_targets(view: AgentView) -> dict[str, str]:
+    """Sink name -> the URL each webhook endpoint posts to (``sinks.webhook[].url`` as configured, userinfo and all:
+    the caller cuts what it shows)."""
+    if not any(name.startswith("webhook:") for name in view.sinks):
+        return {}  # the webhook modules stay unloaded without an endpoint
+    from nvdaemon.sinks.webhook import WebhookEndpoint  # already loaded: the endpoints were built from it
+
+    return {name: sink.hook.url for name, sink in view.sinks.items() if isinstance(sink, WebhookEndpoint)}
+
+
+class HistorySeries(Protocol):
+    """One series of a history answer: its device, labels and points (window end in Unix seconds, avg, min, max),
+    oldest first."""
+
+    @property
+    def device(self) -> str: ...
+    @property
+    def labels(self) -> dict[str, str]: ...
+    @property
+    def points(self) -> Sequence[tuple[int, float, float, float]]: ...
+
+
+class HistoryResult(Protocol):
+    """A history answer: its series, each with at least one point."""
+
+    @property
+    def series(self) -> Sequence[HistorySeries]: ...
+
+
+@dataclass(frozen=True)
+class HistoryRefusal:
+    """Why a history query has no answer: ``parameter`` (``param`` names it, ``detail`` says why), ``unavailable``
+    (the store is not open yet: the task is starting or restarting) or ``too_many`` (``points`` over ``limit``)."""
+
+    reason: Literal["parameter", "unavailable", "too_many"]
+    detail: str = ""
+    param: str = ""
+    points: int = 0
+    limit: int = 0
+
+
+def history_tier(metric: str) -> str:
+    """The tier that collects ``metric`` (``gpu``, ``smart`` or ``core``, by its name), as history's answers say."""
+    from nvdaemon.history.core import tier_of
+
+    return tier_of(metric)
+
+
+async def query_history(
+    view: AgentView, metric: str, args: Mapping[str, Sequence[str]], now: float
+) -> HistoryResult | HistoryRefusal | None:
+    """``metric``'s series for the query string ``args`` (``nvdaemon/history/core.py``'s ``parse_query``: ``range``,
+    ``node``, ``device``, ``step``) at ``now`` (Unix seconds), at most ``MAX_POINTS`` points; None when history is
+    off. Reads the history store (sqlite) in a worker thread."""
+    sink = view.history
+    if sink is None:
+        return None
+    from nvdaemon.history.core import MAX_POINTS, ParamError, TooManyPoints, check_metric, parse_query
+    from nvdaemon.history.service import Unavailable
+
+    try:
+        check_metric(metric)
+        q = parse_query(args, now=now)
+    except ParamError as exc:
+        return HistoryRefusal("parameter", detail=str(exc), param=exc.param)
+    try:
+        result = await sink.query(metric, q, MAX_POINTS)
+    except Unavailable:
+        return HistoryRefusal("unavailable")
+    except TooManyPoints as exc:
+        return HistoryRefusal("too_many", points=exc.points, limit=exc.limit)
+    return result
+
+
+class StreamFrame(Protocol):
+    """One websocket message as the hub built it: ``wire`` the complete text frame, ``payload`` its UTF-8 body."""
+
+    @property
+    def wire(self) -> bytes: ...
+    @property
+    def payload(self) -> bytes: ...
+    @property
+    def text(self) -> str: ...
+
+
+class StreamReplay(Protocol):
+    """The buffered events a client asked for (``since``/``replay``), and whether its cursor was found."""
+
+    @property
+    def messages(self) -> Sequence[StreamFrame]: ...
+    @property
+    def unknown_cursor(self) -> bool: ...
+    @property
+    def oldest(self) -> str | None: ...
+    def control(self, since: str | None) -> str | None: ...  # the unknown-cursor control message, as JSON text
+
+
+class StreamClient(Protocol):
+    """One live client: the route drains ``receive``, and closes with ``close_code`` once ``kicked`` is set."""
+
+    @property
+    def receive(self) -> trio.MemoryReceiveChannel[StreamFrame]: ...
+    @property
+    def kicked(self) -> trio.Event: ...
+    @property
+    def close_code(self) -> int | None: ...
+    @property
+    def close_reason(self) -> str: ...
+
+
+class StreamCursor(Protocol):
+    """Where a client's replay starts: after the event ``since``, when it gave one."""
+
+    @property
+    def since(self) -> str | None: ...
+
+
+# The close code the hub kicks its clients with when the agent shuts down (RFC 6455 "going away"; the hub's
+# CLOSE_GOING_AWAY, checked equal by the server's tests).
+STREAM_GOING_AWAY = 1001
+
+
+class EventStream:
+    """The websocket hub (``nvdaemon/sinks/stream.py``'s ``StreamHub``) as ``/v1/events`` uses it: a query string
+    parsed into filters and a cursor (opaque to the route), the buffered events they select, and live clients
+    connected and disconnected."""
+
+    def __init__(self, hub: StreamHub) -> None:
+        self._hub = hub
+
+    @property
+    def buffer_size(self) -> int:  # events the hub keeps for replay (``sinks.stream.bufferSize``)
+        return self._hub.config.buffer_size
+
+    @property
+    def ping_seconds(self) -> float:  # the application-level keepalive (``sinks.stream.pingSeconds``)
+        return self._hub.config.ping_seconds
+
+    def request(self, args: Mapping[str, list[str]]) -> tuple[Filters, Cursor] | str:
+        """The filters and cursor of a query string, or why it is refused (a message for the 400 answer)."""
+        from nvdaemon.sinks.stream import Cursor, FilterError, Filters
+
+        try:
+            return Filters.from_query(args), Cursor.from_query(args, self.buffer_size)
+        except FilterError as exc:
+            return str(exc)
+
+    def recent(self, filters: Filters, cursor: Cursor) -> Replay:
+        """The buffered events ``cursor`` selects; without ``since`` or ``replay``, every buffered one."""
+        from nvdaemon.sinks.stream import Cursor
+
+        if cursor.since is None and not cursor.replay:
+            cursor = Cursor(replay=self.buffer_size)
+        return self._hub.snapshot(filters, cursor)
+
+    def connect(self, filters: Filters, cursor: Cursor) -> tuple[Client, Replay] | None:
+        """A new live client and its replay; None when the hub takes no more now (``maxClients``, or stopping)."""
+        from nvdaemon.sinks.stream import Refused
+
+        try:
+            return self._hub.connect(filters, cursor)
+        except Refused:
+            return None
+
+    def disconnect(self, client: Client) -> None:
+        """The client's connection ended, whoever ended it."""
+        self._hub.disconnect(client)
+
+
+def event_stream(view: AgentView) -> EventStream | None:
+    """The websocket hub while it runs; None when the stream sink is off or not running."""
+    hub = view.stream
+    return EventStream(hub) if hub is not None and hub.running else None
+
+
+def stream_frame(payload: bytes) -> StreamFrame:
+    """``payload`` (UTF-8 text) as a websocket frame, built as the hub builds its events' (a control message)."""
+    from nvdaemon.sinks.stream import Frame
+
+    return Frame.of(payload)

@@ -3,8 +3,8 @@ pods must fit 64 MiB.
 
 Each case runs ``nvdaemon run`` (``nvdaemon.cli.main``) as a real subprocess on a copy of a fixture host until
 /readyz is 200 (every tier has ticked) and /metrics and /v1/status have been served, stops it with SIGTERM, and reads
-the ``sys.modules`` it ended with. A pod without NVSentinel or pod attribution never loads grpc or protobuf, and one
-that sends to NVSentinel loads neither (its one call is made with h2, its request written by hand); a core pod
+the ``sys.modules`` it ended with. A pod without NVSentinel or pod attribution never loads grpc or protobuf (one
+that sends to NVSentinel loads both: its call goes through grpcio, only once the sink is enabled); a core pod
 without webhooks or history never loads httpx or sqlite3; the core tier never loads pySMART or nvidia-ml-py.
 And the agent's threads share at most ``MALLOC_ARENAS`` glibc malloc arenas (``nvdaemon.cli.cap_malloc_arenas``).
 """
@@ -131,7 +131,7 @@ def test_agent_loads_only_what_its_config_uses(tmp_path: Path, case: str) -> Non
     assert _loaded(modules_of_agent(tmp_path, config), absent) == []
 
 
-def test_an_agent_sending_to_nvsentinel_loads_no_grpc_nor_protobuf(tmp_path: Path) -> None:
+def test_an_agent_sending_to_nvsentinel_loads_grpc_for_its_call(tmp_path: Path) -> None:
     connector = FakeConnector(tmp_path / "pc.sock", "import-node", None).start()
     config = {
         "tiers": ["gpu"],
@@ -144,7 +144,7 @@ def test_an_agent_sending_to_nvsentinel_loads_no_grpc_nor_protobuf(tmp_path: Pat
     finally:
         connector.stop()
     assert "nvdaemon.sinks.nvsentinel_reconciler" in modules
-    assert _loaded(modules, GRPC) == []
+    assert {"grpc", "google.protobuf"} <= modules
 
 
 # Eight threads that each hold a malloc'd block, then glibc's own count of its arenas (malloc_stats, on stderr).

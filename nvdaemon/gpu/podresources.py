@@ -27,8 +27,8 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Callable, Hashable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Hashable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -39,9 +39,20 @@ if TYPE_CHECKING:
     import grpc
 
     from nvdaemon.config import DcgmCompatConfig
-    from nvdaemon.gpu import GpuRuntime
+    from nvdaemon.nvml import GpuIdentity
 
 log = logging.getLogger(__name__)
+
+
+class AttributedGpus(Protocol):
+    """What attribution reads and sets on the GPU runtime (``nvdaemon.gpu.GpuRuntime``, which imports this module for
+    ``PodAttribution``: the shape is declared here so that this module needs nothing of the runtime's)."""
+
+    pod_attribution: PodAttribution | None  # set while the refresh task runs
+
+    @property
+    def identities(self) -> Mapping[int, GpuIdentity]: ...  # gpu index -> identity
+
 
 TASK_NAME = "source:podresources"  # "source:" tasks stop with the tier loops, before the sinks flush
 REASONS = ("missing", "refused", "timeout", "garbage", "unimplemented", "too_large", "error")
@@ -205,7 +216,7 @@ class PodAttribution:
             self.last_reason = err.reason
         return changed
 
-    def succeeded(self, allocs: list[Allocation], rt: GpuRuntime) -> bool:
+    def succeeded(self, allocs: list[Allocation], rt: AttributedGpus) -> bool:
         """Match the answer to the GPUs; True when the mapping changed."""
         keys = keys_for((g.index, g.uuid, g.mig_uuids) for g in rt.identities.values())
         new = attribute(allocs, keys)
@@ -220,7 +231,7 @@ class PodAttribution:
 
 
 async def refresh(
-    rt: GpuRuntime, pa: PodAttribution, limiter: trio.CapacityLimiter, on_change: Callable[[], None]
+    rt: AttributedGpus, pa: PodAttribution, limiter: trio.CapacityLimiter, on_change: Callable[[], None]
 ) -> None:
     """One ``List``; never raises for a kubelet problem (counted and logged instead). ``on_change`` is called when
     what /metrics shows changed (labels moved, attribution on or off)."""
@@ -242,7 +253,7 @@ async def refresh(
 
 
 async def serve_podresources(
-    rt: GpuRuntime,
+    rt: AttributedGpus,
     cfg: DcgmCompatConfig,
     interval: float,
     on_change: Callable[[], None],
@@ -270,7 +281,7 @@ def fingerprint(cfg: DcgmCompatConfig, interval: float) -> Hashable:
     return (TASK_NAME, cfg.pod_attribution, cfg.pod_resources_socket, cfg.pod_resources_timeout_seconds, interval)
 
 
-def podresources_metrics(gpu: GpuRuntime | None) -> Iterator[Metric]:
+def podresources_metrics(gpu: AttributedGpus | None) -> Iterator[Metric]:
     """``nodevitals_podresources_up`` and ``_failures_total{reason}``, while attribution is configured."""
     pa = gpu.pod_attribution if gpu is not None else None
     if pa is None:

@@ -3,5 +3,6 @@
 
 - ``core``: the pure part (no I/O, no trio): window accumulation, value encoding, query parameters, re-downsampling.
 - ``store``: the sqlite file (synchronous; used from worker threads).
-- ``service``: the supervised task (a ``Sink`` named ``history`` that reads snapshots, not bus events).
+- ``service``: the supervised task, a sink named ``history`` that the agent hands its snapshots to (a
+  ``SnapshotConsumer``), not bus events. History depends on the core alone: the sinks' list builds it.
 """

@@ -1,6 +1,8 @@
-"""The history task: a ``Sink`` named ``history`` that takes its samples from the agent's snapshots (``ingest``,
-called by ``Agent.on_snapshot``: in-memory accumulation only) rather than from the event bus, and writes the
-complete windows every ``history.intervalMinutes``, just after each window ends.
+"""The history task: a sink named ``history`` that takes its samples from the agent's snapshots rather than from the
+event bus (a ``SnapshotConsumer``: ``ingest``, handed each snapshot by ``Agent.on_snapshot``, accumulates in memory
+only), and writes the complete windows every ``history.intervalMinutes``, just after each window ends. It has the
+members of the sinks' protocols (``nvdaemon.sinks.base``) without importing them: the sinks' list builds it, and
+history depends on the core alone (``HistoryContext`` is what it reads of the ``SinkContext`` it is built from).
 
 Every sqlite call runs in a worker thread under one ``CapacityLimiter(1)`` (flushes and ``/v1/history`` queries
 alike), so the connection is only ever used by one thread at a time. On stop (SIGTERM, reload, a crash) a shielded,
@@ -19,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
@@ -28,7 +30,6 @@ from nvdaemon.config import HISTORY_FILE_IN_DATA_DIR
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.history.core import MAX_POINTS, Query, Windows, allowlist, window_end
 from nvdaemon.shutdown import bounded_shield
-from nvdaemon.sinks import ObservableDefaults, Sink, SinkContext
 
 if TYPE_CHECKING:
     from nvdaemon.config import HistoryConfig
@@ -46,14 +47,32 @@ class Unavailable(Exception):
     """The store is not open (the task is starting or restarting)."""
 
 
-class HistorySink(ObservableDefaults):
-    """A ``Sink`` (no bus subscription, not durable) built from a ``SinkContext``: the history settings, the node
-    (queries for another node find nothing here) and the database path are kept from it; its final flush is bounded by
-    ``FINAL_FLUSH_SECONDS`` and the shutdown deadline (``shutdown.bounded_shield``)."""
+class HistoryContext(Protocol):
+    """What history is built from: the members of the sinks' ``SinkContext`` it reads."""
+
+    @property
+    def node(self) -> str: ...
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def history(self) -> HistoryConfig: ...
+
+    @property
+    def note_change(self) -> Callable[[], None]: ...  # something /metrics shows changed
+
+
+class HistorySink:
+    """A ``Sink`` and ``SnapshotConsumer`` (no bus subscription, not durable, not critical) built from a
+    ``HistoryContext``: the history settings, the node (queries for another node find nothing here) and the database
+    path are kept from it; its final flush is bounded by ``FINAL_FLUSH_SECONDS`` and the shutdown deadline
+    (``shutdown.bounded_shield``)."""
 
     name = "history"
+    critical = False
 
-    def __init__(self, ctx: SinkContext, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, ctx: HistoryContext, wall: Callable[[], float] = time.time) -> None:
         self.config = config = ctx.history
         self.node = ctx.node
         self._note_change = ctx.note_change
@@ -83,7 +102,7 @@ class HistorySink(ObservableDefaults):
     def close(self) -> None:
         """Nothing to let go of: the store is closed by the task's own final flush."""
 
-    def take_over(self, old: Sink) -> None:
+    def take_over(self, old: object) -> None:
         """Replacing ``old`` (after its final flush, before this one's task starts): its counters carry on, and the
         windows it still holds in memory (samples ingested since that flush, or windows a refused flush kept) are
         this one's to write, of the metrics it keeps, when the window length is the same."""
@@ -101,6 +120,7 @@ class HistorySink(ObservableDefaults):
         self._note_change()
 
     def ingest(self, snap: TierSnapshot) -> None:
+        """Accumulate the allowlisted samples of ``snap`` (in memory, in the tier loop's task); the task writes them."""
         self.windows.ingest(snap.samples, snap.collected_at)
 
     async def serve(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -226,6 +246,16 @@ class HistorySink(ObservableDefaults):
         size = GaugeMetricFamily("nodevitals_history_db_bytes", "Size of the history store on disk (file and WAL).")
         size.add_metric([], self.db_bytes)
         return (written, series, size)
+
+    def dropped_counts(self) -> dict[str, int]:
+        """Nothing is dropped by reason: a refused flush keeps its windows, non-finite samples are in ``state``."""
+        return {}
+
+    def degraded(self) -> str | None:
+        return None  # a refused flush is ``lastError`` in ``state``; the task goes on
+
+    def state_writable(self) -> bool | None:
+        return None
 
     def state(self) -> dict[str, Any]:
         return {

@@ -24,12 +24,10 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from nvdaemon.gotime import rfc3339
-from nvdaemon.history.core import MAX_POINTS, ParamError, TooManyPoints, check_metric, parse_query, tier_of
-from nvdaemon.history.service import Unavailable
 from nvdaemon.server.responses import json_response, query_lists
+from nvdaemon.view import HistoryRefusal, HistoryResult, history_tier, query_history
 
 if TYPE_CHECKING:
-    from nvdaemon.history.store import QueryResult
     from nvdaemon.view import AgentView
 
 
@@ -54,11 +52,11 @@ class GoSeries(msgspec.Struct, kw_only=True, omit_defaults=True):
 CHUNK = 4096  # points made into objects and bytes at a time
 
 
-def series_json(metric: str, node: str, result: QueryResult) -> Iterator[bytes]:
+def series_json(metric: str, node: str, result: HistoryResult) -> Iterator[bytes]:
     """The answer's JSON in pieces, so that the points read are never held a second time as 200,000 objects (the Go
     chart's memory limit is 64 MiB; 200,000 points are about 14 MB of JSON). Each series is encoded without its
     points, which then go in place of its empty array (``points`` is the last field: the bytes end in ``[]}``)."""
-    tier = tier_of(metric)
+    tier = history_tier(metric)
     enc = msgspec.json.Encoder()
     yield b"["
     for i, s in enumerate(result.series):
@@ -75,21 +73,17 @@ def series_json(metric: str, node: str, result: QueryResult) -> Iterator[bytes]:
 def register(app: QuartTrio, view: AgentView) -> None:
     @app.get("/v1/history/<metric>")
     async def history(metric: str) -> Response:
-        sink = view.history
-        if sink is None:
+        result = await query_history(view, metric, query_lists(request.args), now=time.time())
+        if result is None:
             return json_response({"error": "history not enabled"}, 404)
-        try:
-            check_metric(metric)
-            q = parse_query(query_lists(request.args), now=time.time())
-        except ParamError as exc:
-            return json_response({"error": "bad request", "parameter": exc.param, "detail": str(exc)}, 400)
-        try:
-            result = await sink.query(metric, q, MAX_POINTS)
-        except Unavailable:
-            return json_response({"error": "history store not open yet"}, 503)
-        except TooManyPoints as exc:
+        if isinstance(result, HistoryRefusal):
+            if result.reason == "parameter":
+                detail = {"error": "bad request", "parameter": result.param, "detail": result.detail}
+                return json_response(detail, 400)
+            if result.reason == "unavailable":
+                return json_response({"error": "history store not open yet"}, 503)
             hint = "narrow range=, pick one device=, or re-downsample with a larger step= (e.g. step=1h or step=1d)"
-            body = {"error": "too many points", "points": exc.points, "limit": exc.limit, "hint": hint}
+            body = {"error": "too many points", "points": result.points, "limit": result.limit, "hint": hint}
             return json_response(body, 413)
         # One body rather than a streamed one: quart-trio's test client reads a streamed body only once the route
         # has returned, through a channel of 10 chunks, so a longer stream would hang every in-process test.

@@ -19,6 +19,7 @@ from nvdaemon import __version__
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric, render
 from nvdaemon.gpu.podresources import podresources_metrics
 from nvdaemon.model import COUNT_LABELS
+from nvdaemon.view import webhook_targets
 
 if TYPE_CHECKING:
     from nvdaemon.view import AgentView
@@ -107,13 +108,10 @@ def delivery_dropped(view: AgentView) -> CounterMetricFamily:
     """``nodevitals_delivery_dropped_total{sink}``: one row per sink, zeros included (``nvdaemon/server/metrics.py``
     says what is counted)."""
     totals: dict[str, float] = {}
+    urls = webhook_targets(view)
     for name, sink in view.sinks.items():
-        label, lost = name, float(view.bus.drop_totals.get(name, 0) + sum(sink.dropped_counts().values()))
-        if name.startswith("webhook:"):
-            from nvdaemon.sinks.webhook import WebhookEndpoint  # already loaded: the sink was built from it
-
-            if isinstance(sink, WebhookEndpoint):
-                label = go_sink_label(sink.hook.url)
+        lost = float(view.bus.drop_totals.get(name, 0) + sum(sink.dropped_counts().values()))
+        label = go_sink_label(urls[name]) if name in urls else name
         # Two endpoints on one host share a Go label, as they share Go's counter.
         totals[label] = totals.get(label, 0.0) + lost
     fam = CounterMetricFamily(

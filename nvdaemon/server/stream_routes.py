@@ -25,10 +25,17 @@ from quart_trio import QuartTrio
 
 from nvdaemon.server import asgi
 from nvdaemon.server.responses import json_response, query_lists
-from nvdaemon.sinks.stream import CLOSE_GOING_AWAY, Client, Cursor, FilterError, Filters, Frame, Refused, Replay
+from nvdaemon.view import (
+    STREAM_GOING_AWAY,
+    StreamClient,
+    StreamCursor,
+    StreamFrame,
+    StreamReplay,
+    event_stream,
+    stream_frame,
+)
 
 if TYPE_CHECKING:
-    from nvdaemon.sinks.stream import StreamHub
     from nvdaemon.view import AgentView
 
 CLOSE_SEND_SECONDS = 5.0  # a close frame that cannot be written in this long is given up (the kernel cuts the peer)
@@ -36,30 +43,20 @@ FLUSH_ON_SHUTDOWN_SECONDS = 1.0  # events still queued for a client when the age
 # An application-level keepalive. ASGI gives the application no way to send ping frames, and hypercorn's own ping
 # task (websocket_ping_interval) outlives each connection by up to one interval, holding up the agent's shutdown.
 PING = '{"type":"ping"}'
-PING_FRAME = Frame.of(PING.encode())
-Write = Callable[[list[Frame]], Awaitable[None]]  # sends frames in order; see ``writer``
+PING_FRAME = stream_frame(PING.encode())
+Write = Callable[[list[StreamFrame]], Awaitable[None]]  # sends frames in order; see ``writer``
 
 
 def register(app: QuartTrio, view: AgentView) -> None:
-    def hub() -> StreamHub | None:
-        sink = view.stream
-        return sink if sink is not None and sink.running else None
-
-    def parse(args: dict[str, list[str]], limit: int) -> tuple[Filters, Cursor]:
-        return Filters.from_query(args), Cursor.from_query(args, limit)
-
     @app.get("/v1/events")
     async def events_json() -> Response:
-        h = hub()
+        h = event_stream(view)
         if h is None:
             return json_response({"error": "event stream disabled"}, 404)
-        try:
-            filters, cursor = parse(query_lists(request.args), h.config.buffer_size)
-        except FilterError as exc:
-            return json_response({"error": "bad request", "detail": str(exc)}, 400)
-        if cursor.since is None and not cursor.replay:
-            cursor = Cursor(replay=h.config.buffer_size)
-        replay = h.snapshot(filters, cursor)
+        req = h.request(query_lists(request.args))
+        if isinstance(req, str):
+            return json_response({"error": "bad request", "detail": req}, 400)
+        replay = h.recent(*req)
         head = msgspec.json.encode(
             {"status": "unknown_cursor" if replay.unknown_cursor else "ok", "oldest": replay.oldest}
         )
@@ -68,28 +65,29 @@ def register(app: QuartTrio, view: AgentView) -> None:
 
     @app.websocket("/v1/events")
     async def events_ws() -> Response | None:
-        h = hub()
+        h = event_stream(view)
         if h is None:
             return json_response({"error": "event stream disabled"}, 404)
-        try:
-            filters, cursor = parse(query_lists(websocket.args), h.config.buffer_size)
-        except FilterError as exc:
-            return json_response({"error": "bad request", "detail": str(exc)}, 400)
-        try:
-            client, replay = h.connect(filters, cursor)
-        except Refused:
+        req = h.request(query_lists(websocket.args))
+        if isinstance(req, str):
+            return json_response({"error": "bad request", "detail": req}, 400)
+        connected = h.connect(*req)
+        if connected is None:
             return json_response({"error": "too many stream clients"}, 503)
+        client, replay = connected
         try:
             await websocket.accept()
-            await _pump(client, replay, cursor, h.config.ping_seconds, writer())
+            await _pump(client, replay, req[1], h.ping_seconds, writer())
             with trio.move_on_after(CLOSE_SEND_SECONDS):
-                await websocket.close(client.close_code or CLOSE_GOING_AWAY, client.close_reason)
+                await websocket.close(client.close_code or STREAM_GOING_AWAY, client.close_reason)
         finally:
             h.disconnect(client)
         return None
 
 
-async def _pump(client: Client, replay: Replay, cursor: Cursor, ping_seconds: float, write: Write) -> None:
+async def _pump(
+    client: StreamClient, replay: StreamReplay, cursor: StreamCursor, ping_seconds: float, write: Write
+) -> None:
     """Send the replay, then live events and a ping every ``ping_seconds``, until the hub kicks this client (or the
     peer goes away: quart then cancels the handler). One task sends, so messages never interleave out of order;
     every frame already queued goes out with the one that woke it, in one ``write``."""
@@ -98,7 +96,7 @@ async def _pump(client: Client, replay: Replay, cursor: Cursor, ping_seconds: fl
     async def sender() -> None:
         next_ping = trio.current_time() + ping_seconds
         control = replay.control(cursor.since)
-        first = [Frame.of(control.encode())] if control is not None else []
+        first = [stream_frame(control.encode())] if control is not None else []
         first += replay.messages
         if first:
             await write(first)
@@ -112,7 +110,7 @@ async def _pump(client: Client, replay: Replay, cursor: Cursor, ping_seconds: fl
                 if trio.current_time() < next_ping:
                     continue
             # Only the wait is bounded by the ping deadline, never the send: a send cut short by it lost the event.
-            got: Frame | None = None
+            got: StreamFrame | None = None
             with trio.move_on_at(next_ping):
                 try:
                     got = await client.receive.receive()
@@ -137,13 +135,13 @@ async def _pump(client: Client, replay: Replay, cursor: Cursor, ping_seconds: fl
         nursery.start_soon(sender)
         nursery.start_soon(ignore_incoming)
         await client.kicked.wait()
-        if client.close_code == CLOSE_GOING_AWAY:
+        if client.close_code == STREAM_GOING_AWAY:
             with trio.move_on_after(FLUSH_ON_SHUTDOWN_SECONDS):
                 await sent_all.wait()
         nursery.cancel_scope.cancel()
 
 
-def _queued(receive: trio.MemoryReceiveChannel[Frame], batch: list[Frame]) -> list[Frame]:
+def _queued(receive: trio.MemoryReceiveChannel[StreamFrame], batch: list[StreamFrame]) -> list[StreamFrame]:
     """``batch`` plus every frame queued now (at most ``clientQueue``). EndOfChannel only when nothing was taken."""
     while True:
         try:
@@ -163,12 +161,12 @@ def writer() -> Write:
     if raw is not None:
         write_raw = raw
 
-        async def write(batch: list[Frame]) -> None:
+        async def write(batch: list[StreamFrame]) -> None:
             await write_raw(batch[0].wire if len(batch) == 1 else b"".join(f.wire for f in batch))
 
     else:
 
-        async def write(batch: list[Frame]) -> None:
+        async def write(batch: list[StreamFrame]) -> None:
             for frame in batch:
                 await websocket.send(frame.text)
 

@@ -18,7 +18,7 @@ import trio
 from nvdaemon.engine import rule_key
 from nvdaemon.exposition import Metric
 from nvdaemon.model import Event
-from nvdaemon.sinks import BusSubscriber, ObservableDefaults, Sink, SinkContext
+from nvdaemon.sinks.base import BusSubscriber, ObservableDefaults, Sink, SinkContext
 from nvdaemon.sinks.nvsentinel_map import CheckSpec, Health, Key
 from nvdaemon.sinks.nvsentinel_reconciler import Reconciler
 from nvdaemon.sinks.nvsentinel_state import BOOT_ID, STATE_FILE, lost_record, xid_record
@@ -141,6 +141,11 @@ class NvsentinelHealthSink(BusSubscriber, ObservableDefaults):
                         self.reconciler.note_event(self.events.receive_nowait())
                     except trio.WouldBlock:
                         break
+
+    def close(self) -> None:
+        """Unsubscribe, and close the connection to the platform-connector (replaced, removed or stopping)."""
+        super().close()
+        self.reconciler.close()
 
     def metrics(self) -> Iterable[Metric]:
         return self.reconciler.metrics()

@@ -11,8 +11,9 @@ call (``nvsentinel_wire``), and *reported* advances (and is written) only after 
   socket is back (INFO, with how long and how many sends were skipped), not per send; its state is in the status
   (``socketState``, ``lastError``).
 - Retries (``maxAttempts``, ``retryInitialSeconds`` x ``retryMultiplier``, +-``retryJitter``) only on what
-  ``classify`` calls retryable; any other answer is a rejection: counted, not retried now, tried again on the next
-  tick (the difference is still there).
+  ``classify`` calls retryable; any other answer is a rejection: counted, not retried now, tried again on a later
+  tick (the difference is still there). Later ticks back off (``nvsentinel_hold``): a difference rejected twice in a
+  row, or every send once a pass spent its retries, waits a growing delay (at most a minute) before it is sent again.
 - Healthy baseline: the first time a configured check is seen, a healthy event with no entities clears whatever an
   earlier install left on the node for it.
 - XIDs clear only on a reboot: when the boot id differs from the one in the state file, the XIDs raised before it
@@ -44,7 +45,7 @@ from nvdaemon.config import NvsentinelSink, Rule
 from nvdaemon.engine import ActiveCondition
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.model import Event, Phase, new_event_id
-from nvdaemon.sinks.grpc_unary import RpcError
+from nvdaemon.sinks.nvsentinel_hold import Holds
 from nvdaemon.sinks.nvsentinel_map import (
     LOST_CONDITION,
     XID_CONDITION,
@@ -63,19 +64,9 @@ from nvdaemon.sinks.nvsentinel_map import (
     xid_check,
     xid_health,
 )
+from nvdaemon.sinks.nvsentinel_socket import SocketMissing, SocketStreak, describe, fatal
 from nvdaemon.sinks.nvsentinel_state import Persisted, lost_record, read_boot_id, xid_record
-from nvdaemon.sinks.nvsentinel_wire import (
-    GrpcPublisher,
-    Publisher,
-    SendError,
-    SocketMissing,
-    SocketStreak,
-    TokenError,
-    classify,
-    describe,
-    fatal,
-    to_proto,
-)
+from nvdaemon.sinks.nvsentinel_wire import GrpcPublisher, Publisher, RpcError, SendError, TokenError, classify, to_proto
 from nvdaemon.statefile import atomic_write, quarantine
 
 log = logging.getLogger("nvdaemon.sinks.nvsentinel")  # the sink's logger: one name for all its lines
@@ -105,6 +96,7 @@ class Reconciler:
         self.jitter = jitter
         self.clock = clock
         self.limiter = trio.CapacityLimiter(1)
+        self.holds = Holds(self._delay, settings.max_attempts)
         self.reported: dict[Key, Health] = {}
         self.baselined: set[str] = set()
         self.xids: dict[tuple[int, str, str, str], XidRecord] = {}
@@ -277,6 +269,13 @@ class Reconciler:
         jitter = plus_minus(s.retry_jitter)
         return backoff(attempt, s.retry_initial_seconds, math.inf, jitter, self.jitter(), s.retry_multiplier)
 
+    def close(self) -> None:
+        """The sink is replaced or stopped: the publisher's channel is closed (a call still in flight in an abandoned
+        worker thread ends CANCELLED, its outcome unseen)."""
+        close = getattr(self.publisher, "close", None)  # a test's stand-in publisher may have none
+        if close is not None:
+            close()
+
     def _failed(self, err: SendError | TokenError, change: Change) -> None:
         self.last_error = str(err)
         self.last_error_at = self.clock()
@@ -347,12 +346,18 @@ class Reconciler:
         checks = list(checks)
         if self.dirty:
             await self.persist()
+        planned = [] if self.holds.all_held(trio.current_time()) else self.plan(desired, checks)
         with self.socket.one_pass():
-            for change in self.plan(desired, checks):
+            for change in planned:
+                if self.holds.held(change, trio.current_time()):
+                    continue  # rejected in a row: its delay is not over
                 outcome = await self.deliver(change)
+                self.holds.outcome(change, outcome, trio.current_time())
                 if outcome == "unavailable":
                     break
-        pending = len(self.plan(desired, checks))
+        left = self.plan(desired, checks)
+        self.holds.keep_only(left)
+        pending = len(left)
         if pending != self.pending:
             self.pending = pending
             self.version += 1

@@ -1,171 +1,65 @@
-"""NVSentinel's wire: a HealthEvent as the platform-connector's protobuf bytes, the bearer token, one gRPC call, and
+"""NVSentinel's wire: a HealthEvent as the platform-connector's protobuf message, the bearer token, one gRPC call, and
 how a failed call is classified (``nvdaemon/sinks/nvsentinel_reconciler.py`` decides what to send and when).
 
-- Socket gate: the socket path is stat'ed before every attempt. Nothing there (ENOENT) or something that is not a
-  socket (a regular file, a directory: what a hostPath mount leaves when it is made before the platform-connector
-  created its socket) is ``SocketMissing``, whose ``state`` says which ("missing", "not a socket: regular file"):
-  the caller skips, counts, does not retry; a connect to a non-socket could only be refused. Any other stat error
-  (EACCES, ENOTDIR) counts as present: the send is attempted and its failure classified.
-- Retryable (``classify``): UNAVAILABLE, DEADLINE_EXCEEDED, connection reset and broken pipe; any other answer is a
-  rejection. Each call has ``callTimeoutSeconds``.
+- Socket gate (``nvsentinel_socket.socket_state``): the socket path is stat'ed before every attempt. Nothing there
+  (ENOENT) or something that is not a socket (a regular file, a directory: what a hostPath mount leaves when it is
+  made before the platform-connector created its socket) is ``SocketMissing``, whose ``state`` says which
+  ("missing", "not a socket: regular file"): the caller skips, counts, does not retry; a connect to a non-socket
+  could only be refused. Any other stat error (EACCES, ENOTDIR) counts as present: the send is attempted and its
+  failure classified.
+- Retryable (``classify``): UNAVAILABLE, DEADLINE_EXCEEDED, and any code whose message tells of a connection reset
+  or a broken pipe; any other answer is a rejection. Each call has ``callTimeoutSeconds``.
 - The token file is read on every call (``nvdaemon.token.read_token``, the server's reader too: surrounding
   whitespace such as a trailing newline is not part of the token, at most 8 KiB) and sent as
   ``authorization: Bearer <token>``; an empty ``tokenPath`` sends no header; an unreadable, empty or oversized token
   file (or one holding bytes a header cannot carry) is a ``TokenError`` that blocks the send. The token is never in
   an error message.
 
-The call is ``nvdaemon.sinks.grpc_unary`` (gRPC over HTTP/2 with ``h2``, not grpcio: grpcio's import and channel
-cost the singlePod agent 14 MiB of peak memory for this one call). It blocks; the reconciler calls ``send`` in a
-worker thread. A new connection per call, so a restarted platform-connector is reached at once (calls are rare: one
-per state change).
+The call is grpcio's, through the stub generated from protos/health_event.proto (``nvdaemon.proto``), so every
+answer ends as gRPC ends it (a graceful GOAWAY, a compressed answer, any header value a peer's gRPC stack writes).
+grpcio's stub is synchronous (grpc.aio does not run under trio): the reconciler calls ``send`` in a worker thread,
+and ``grpc`` is imported there, on the first call, so only an agent with this sink enabled loads it. One channel per
+publisher, made on the first call and kept while calls succeed; a failed call closes it, so the next attempt
+connects afresh (a restarted platform-connector is reached at once, not after the channel's own reconnect backoff).
+``close`` (the sink replaced or stopped) closes it and ends a call still in flight as CANCELLED.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import re
-import stat
-import time
-from collections.abc import Iterator
-from typing import Protocol
+import threading
+from typing import TYPE_CHECKING, Protocol
 
-from nvdaemon.sinks.grpc_unary import RpcError, unary_call
-from nvdaemon.sinks.nvsentinel_map import Change, HealthEventSpec
-from nvdaemon.sinks.nvsentinel_proto import health_events
+from nvdaemon.proto import health_event_pb2 as pb
+from nvdaemon.sinks.nvsentinel_map import PROCESSING_STRATEGIES, RECOMMENDED_ACTIONS, HealthEventSpec
+from nvdaemon.sinks.nvsentinel_socket import SocketMissing, socket_state
 from nvdaemon.token import read_token
 
-METHOD = "/datamodels.PlatformConnector/HealthEventOccurredV1"
+if TYPE_CHECKING:
+    import grpc
+
+    from nvdaemon.proto.health_event_pb2_grpc import PlatformConnectorStub
+
 RETRYABLE_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+# The answer is google.protobuf.Empty (0 bytes); grpcio's default limit is 4 MiB.
+MAX_RESPONSE_BYTES = 64 * 1024
 _RETRYABLE_DETAIL = re.compile(r"connection reset|broken pipe|ECONNRESET|EPIPE", re.IGNORECASE)
 _HEADER_VALUE = re.compile(r"[\x20-\x7e]+")
 
 
-class SocketMissing(Exception):
-    """The platform-connector's socket is not at its path: skip, do not retry. ``state`` is what is there instead
-    (``socket_state``)."""
-
-    def __init__(self, path: str, state: str) -> None:
-        super().__init__(f"socket {path}: {state}")
-        self.path = path
-        self.state = state
-
-
-MISSING = "missing"
-_KINDS = {
-    stat.S_IFREG: "regular file",
-    stat.S_IFDIR: "directory",
-    stat.S_IFIFO: "FIFO",
-    stat.S_IFCHR: "character device",
-    stat.S_IFBLK: "block device",
-}
-
-
-def socket_state(path: str) -> str | None:
-    """None when ``path`` can be connected to (a socket, or a stat error other than ENOENT: see ``GrpcPublisher``);
-    else ``MISSING`` (nothing there, a dangling symlink included) or ``not a socket: <kind>``."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return MISSING
-    except OSError:
-        return None
-    if stat.S_ISSOCK(mode):
-        return None
-    return f"not a socket: {_KINDS.get(stat.S_IFMT(mode), 'unknown file type')}"
-
-
-class SocketStreak:
-    """The socket's state across sends, so that a streak of skipped sends is logged once when it starts and once
-    when it ends, not per send. The start line names what the first pass of the streak skipped (ERROR when a fatal
-    fault is among them: NVSentinel will not act on it; else WARNING); the end line (INFO) how long the streak lasted
-    and how many sends it skipped. A change of what is at the path (a file replaced by a directory) is logged as a
-    new start. ``present``: None until the first send."""
-
-    def __init__(self, path: str, log: logging.Logger) -> None:
-        self.path = path
-        self.log = log
-        self.present: bool | None = None
-        self.problem: str | None = None  # SocketMissing.state while a streak lasts
-        self.since = 0.0  # time.monotonic() at the streak's start
-        self.skipped = 0  # sends skipped in the streak
-        self.unlogged: list[tuple[str, bool]] | None = None  # (what, fatal) skipped in a new streak's first pass
-        self.in_pass = False
-
-    def state(self) -> str | None:
-        return self.problem or ("present" if self.present else None)
-
-    @contextlib.contextmanager
-    def one_pass(self) -> Iterator[None]:
-        """A reconcile pass: a streak that starts in it is logged at its end, with everything it skipped."""
-        self.in_pass = True
-        try:
-            yield
-        finally:
-            self.in_pass = False
-            self._log_start()
-
-    def unusable(self, problem: str, what: str, fatal: bool) -> None:
-        """A send of ``what`` (``describe``) was skipped because of ``problem`` (``SocketMissing.state``)."""
-        self.present = False
-        if problem != self.problem:
-            if self.problem is None:
-                self.since, self.skipped = time.monotonic(), 0
-            self.problem, self.unlogged = problem, []
-        self.skipped += 1
-        if self.unlogged is not None:
-            self.unlogged.append((what, fatal))
-        if not self.in_pass:
-            self._log_start()
-
-    def usable(self) -> bool:
-        """A send got past the socket gate; True when that ended a streak."""
-        self.present = True
-        if self.problem is None:
-            return False
-        self._log_start()
-        self.log.info(
-            "nvsentinel: platform-connector socket %s is back after %.1fs (was %s); %d send(s) skipped meanwhile",
-            self.path,
-            time.monotonic() - self.since,
-            self.problem,
-            self.skipped,
-        )
-        self.problem = None
-        return True
-
-    def _log_start(self) -> None:
-        skipped, self.unlogged = self.unlogged, None
-        if not skipped:
-            return
-        shown = ", ".join(what for what, _ in skipped[:5])
-        if len(skipped) > 5:
-            shown += f" and {len(skipped) - 5} more"
-        self.log.log(
-            logging.ERROR if any(f for _, f in skipped) else logging.WARNING,
-            "nvsentinel: platform-connector socket %s: %s; health events are not sent until it is back (each skip "
-            "counted in nvsentinel_health_events_publisher_skipped_pc_unavailable, tried again every tick); "
-            "skipped: %s",
-            self.path,
-            self.problem,
-            shown,
-        )
-
-
-def fatal(change: Change) -> bool:
-    """A fault NVSentinel would act on (a node condition): fatal and unhealthy."""
-    return change.event.is_fatal and not change.event.is_healthy
-
-
-def describe(change: Change) -> str:
-    """``raise NvdaemonCpuPackageHot GPU=0 (fatal)``: a change as the socket's log lines name it."""
-    what = " ".join(f"{e.type}={e.value}" for e in change.key[1])
-    return f"{change.kind} {change.key[0]}" + (f" {what}" if what else "") + (" (fatal)" if fatal(change) else "")
-
-
 class TokenError(Exception):
     """The token file cannot be used; the message never contains the token."""
+
+
+class RpcError(Exception):
+    """A call that did not end OK, as plain values: ``code`` is the gRPC status code's name (``UNAVAILABLE``),
+    ``details`` its message. Never holds a header value we sent (the token)."""
+
+    def __init__(self, code: str, details: str) -> None:
+        super().__init__(f"{code}: {details}" if details else code)
+        self.code = code
+        self.details = details
 
 
 class SendError(Exception):
@@ -177,10 +71,28 @@ class SendError(Exception):
         self.retryable = retryable
 
 
-def to_proto(spec: HealthEventSpec, *, now: float, event_id: str) -> bytes:
-    """The serialized ``HealthEvents`` request for ``spec`` (``nvdaemon.sinks.nvsentinel_proto``: no protobuf
-    runtime in the agent), stamped with ``now`` (seconds since the epoch) and ``event_id``."""
-    return health_events(spec, now=now, event_id=event_id)
+def to_proto(spec: HealthEventSpec, *, now: float, event_id: str) -> pb.HealthEvents:
+    """The ``HealthEvents`` request (version 1, one event) for ``spec``, stamped with ``now`` (seconds since the
+    epoch) and ``event_id``."""
+    event = pb.HealthEvent(
+        version=1,
+        agent=spec.agent,
+        componentClass=spec.component_class,
+        checkName=spec.check_name,
+        isFatal=spec.is_fatal,
+        isHealthy=spec.is_healthy,
+        message=spec.message,
+        recommendedAction=RECOMMENDED_ACTIONS[spec.recommended_action],  # type: ignore[arg-type]
+        errorCode=list(spec.error_code),
+        entitiesImpacted=[pb.Entity(entityType=e.type, entityValue=e.value) for e in spec.entities],
+        metadata=dict(spec.metadata),
+        nodeName=spec.node_name,
+        processingStrategy=PROCESSING_STRATEGIES[spec.processing_strategy],  # type: ignore[arg-type]
+        id=event_id,
+        customRecommendedAction=spec.custom_recommended_action,
+    )
+    event.generatedTimestamp.FromNanoseconds(int(now * 1e9))  # always set, 0 included
+    return pb.HealthEvents(version=1, events=[event])
 
 
 def bearer_token(path: str) -> str | None:
@@ -217,18 +129,22 @@ def classify(exc: BaseException) -> SendError:
 
 
 class Publisher(Protocol):
-    def send(self, request: bytes) -> None:
-        """Deliver one serialized request; raise SocketMissing (with its ``state``), TokenError, RpcError or OSError.
-        Runs in a thread."""
+    def send(self, request: pb.HealthEvents) -> None:
+        """Deliver one request; raise SocketMissing (with its ``state``), TokenError, RpcError or OSError. Runs in a
+        thread."""
 
 
 class GrpcPublisher:
-    """The platform-connector over its Unix socket: stat, read the token, one call on a fresh connection."""
+    """The platform-connector over its Unix socket: stat, read the token, one call on the publisher's channel."""
 
     def __init__(self, socket_path: str, token_path: str, timeout: float) -> None:
         self.socket_path = socket_path
         self.token_path = token_path
         self.timeout = timeout
+        self._lock = threading.Lock()  # the channel is made, dropped and closed from worker threads and the loop
+        self._channel: grpc.Channel | None = None
+        self._stub: PlatformConnectorStub | None = None
+        self._closed = False
 
     def present(self) -> bool:
         """Only "not found" or a file that is not a socket means absent. Any other stat error (EACCES on a parent
@@ -237,10 +153,54 @@ class GrpcPublisher:
         platform-connector would say."""
         return socket_state(self.socket_path) is None
 
-    def send(self, request: bytes) -> None:
+    def send(self, request: pb.HealthEvents) -> None:
         state = socket_state(self.socket_path)
         if state is not None:
+            self._drop(None)  # whatever the channel was connected to is gone
             raise SocketMissing(self.socket_path, state)
         token = bearer_token(self.token_path)
         metadata = (("authorization", f"Bearer {token}"),) if token is not None else ()
-        unary_call(self.socket_path, METHOD, request, timeout=self.timeout, metadata=metadata)
+        import grpc  # loaded already after the first call; imported here, in the worker thread, not by the loop
+
+        channel, stub = self._open()
+        try:
+            stub.HealthEventOccurredV1(request, timeout=self.timeout, metadata=metadata)
+        except grpc.RpcError as exc:
+            self._drop(channel)
+            if isinstance(exc, grpc.Call):
+                raise RpcError(exc.code().name, exc.details() or "") from None
+            raise RpcError("UNKNOWN", str(exc)) from None
+        except ValueError as exc:  # "Cannot invoke RPC on closed channel!": closed by ``close`` meanwhile
+            self._drop(channel)
+            raise RpcError("CANCELLED", str(exc)) from None
+
+    def _open(self) -> tuple[grpc.Channel, PlatformConnectorStub]:
+        import grpc
+
+        from nvdaemon.proto.health_event_pb2_grpc import PlatformConnectorStub
+
+        with self._lock:
+            if self._closed:
+                raise RpcError("CANCELLED", "the sink is closed")
+            if self._channel is None or self._stub is None:
+                target = "unix://" + os.path.abspath(self.socket_path)
+                options = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES)]
+                self._channel = grpc.insecure_channel(target, options=options)
+                self._stub = PlatformConnectorStub(self._channel)  # type: ignore[no-untyped-call]
+            return self._channel, self._stub
+
+    def _drop(self, channel: grpc.Channel | None) -> None:
+        """Close ``channel`` (None: whichever is open) unless another call has replaced it already."""
+        with self._lock:
+            if channel is None:
+                channel = self._channel
+            if channel is None or channel is not self._channel:
+                return
+            self._channel = self._stub = None
+        channel.close()
+
+    def close(self) -> None:
+        """No more calls: the channel is closed (a call in flight ends CANCELLED) and none is made again."""
+        with self._lock:
+            self._closed = True
+        self._drop(None)

@@ -40,7 +40,7 @@ from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.model import Event, Severity
 from nvdaemon.queryparams import parse_count
 from nvdaemon.shutdown import bounded_shield
-from nvdaemon.sinks import BusSubscriber, ObservableDefaults, Sink, SinkContext
+from nvdaemon.sinks.base import BusSubscriber, ObservableDefaults, Sink, SinkContext
 from nvdaemon.sinks.cloudevent import encode
 
 log = logging.getLogger(__name__)

@@ -47,7 +47,8 @@ from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.exposition import Metric
 from nvdaemon.shutdown import bounded_shield
-from nvdaemon.sinks import BusSubscriber, CommitTracker, Sink, SinkContext, signing, webhook_url
+from nvdaemon.sinks import signing, webhook_url
+from nvdaemon.sinks.base import BusSubscriber, CommitTracker, Sink, SinkContext
 from nvdaemon.sinks.spool import Row, SpoolDB
 from nvdaemon.sinks.spool_clock import SteadyClock, system_clock
 from nvdaemon.sinks.spool_io import Spool, SpoolCorrupt, SpoolError, SpoolUnwritable

@@ -7,14 +7,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from nvdaemon.sinks import webhook_url
 
 if TYPE_CHECKING:
+    from nvdaemon.config import WebhookSink
     from nvdaemon.sinks.spool_io import Quarantine
-    from nvdaemon.sinks.webhook import WebhookEndpoint
+    from nvdaemon.sinks.spool_writer import SpoolWriter, StorageHealth
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,28 @@ class Ledger:
             self.drop("spool_corrupt", ids, n)
 
 
-def endpoint_state(ep: WebhookEndpoint) -> dict[str, Any]:
+class Endpoint(Protocol):
+    """What the status entry and the series read of an endpoint (``nvdaemon.sinks.webhook.WebhookEndpoint``, which
+    imports this module: the shape is declared here so that this module needs nothing of the endpoint's)."""
+
+    name: str
+    hook: WebhookSink
+    status: str  # active | backoff | disabled
+    backlog: int  # spooled, not yet delivered
+    dead_letters: int
+    last_error: str | None
+    last_success: float | None  # wall-clock seconds
+    disabled_reason: str | None
+    attempts: dict[str, int]  # outcome -> delivery attempts
+    dropped: dict[str, int]  # reason -> events given up on (the ledger's)
+    quarantined: dict[str, int]  # held=counted|unknown -> damaged spools moved aside (the ledger's)
+    ledger: Ledger
+    latency: Histogram  # seconds from spooled to a 2xx
+    health: StorageHealth  # ``error``: why the spool refuses writes, else None
+    writer: SpoolWriter  # ``buffer``: events held only in memory
+
+
+def endpoint_state(ep: Endpoint) -> dict[str, Any]:
     """The endpoint's entry in the status document (``/v1/status``): its URL only as ``host[:port]``."""
     return {
         "endpoint": webhook_url.host_port(ep.hook.url),
@@ -129,7 +151,7 @@ def endpoint_state(ep: WebhookEndpoint) -> dict[str, Any]:
     }
 
 
-def endpoint_metrics(ep: WebhookEndpoint) -> Iterator[Metric]:
+def endpoint_metrics(ep: Endpoint) -> Iterator[Metric]:
     s = [ep.name]
     attempts = CounterMetricFamily(
         "nodevitals_delivery_attempts", "Webhook delivery attempts by outcome.", labels=["sink", "outcome"]

@@ -51,5 +51,5 @@ def test_gpu_pod_security_row_and_rendering() -> None:
 def test_names_and_listening_rows_are_there() -> None:
     rows = migration_rows()
     assert "goNames" in rows["Helm names"][0]
-    assert "`listenAddr: \":9847\"`" in rows["listening"][0]
+    assert '`listenAddr: ":9847"`' in rows["listening"][0]
     assert "goNames: true" in rows["chart names for another release name"][1]

@@ -15,9 +15,9 @@ from nvdaemon.configload import parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.server.metrics import MetricsCache
-from nvdaemon.sinks.grpc_unary import RpcError
 from nvdaemon.sinks.nvsentinel import NvsentinelHealthSink, classify
 from nvdaemon.sinks.nvsentinel_map import CheckSpec
+from nvdaemon.sinks.nvsentinel_wire import RpcError
 from nvdaemon.supervise import Supervisor
 from tests.nvsentinel.conftest import MakeReconciler
 from tests.nvsentinel.connector import FakeConnector
@@ -98,11 +98,11 @@ def test_only_unavailable_deadline_reset_and_broken_pipe_are_retried() -> None:
 
 
 async def test_connection_reset_then_ok_is_retried(make_reconciler: MakeReconciler) -> None:
-    sent: list[bytes] = []
+    sent: list[pb.HealthEvents] = []
     failures: list[BaseException] = [ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe")]
 
     class Flaky:
-        def send(self, request: bytes) -> None:
+        def send(self, request: pb.HealthEvents) -> None:
             sent.append(request)
             if failures:
                 raise failures.pop(0)

@@ -1,174 +1,93 @@
-"""The one gRPC call on the wire, against peers that misbehave (tests/nvsentinel/h2peer.py) and a real grpcio server:
-what the request looks like, and which failure ``classify`` names and retries. The expected codes are grpcio's for
-the same answers (the agent called the platform-connector with grpcio before), so a metric label or a retry does not
-change with the transport."""
+"""The one gRPC call on the wire, against real grpcio servers (tests/nvsentinel/grpcpeer.py): what the request looks
+like, which failure ``classify`` names and retries, and the publisher's channel (kept while calls work, made afresh
+after a failure, closed with the sink)."""
 
 from __future__ import annotations
 
 import socket
-from concurrent import futures
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from google.protobuf import empty_pb2
 
 from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.sinks.nvsentinel import GrpcPublisher, classify
-from nvdaemon.sinks.nvsentinel_wire import METHOD, SendError
+from nvdaemon.sinks.nvsentinel_wire import MAX_RESPONSE_BYTES, SendError
 from tests.nvsentinel.conftest import TOKEN
-from tests.nvsentinel.h2peer import H2Peer
+from tests.nvsentinel.grpcpeer import Handle, peer
 
-REQUEST_PB = pb.HealthEvents(
+REQUEST = pb.HealthEvents(
     version=1,
     events=[pb.HealthEvent(version=1, agent="nvdaemon", checkName="NvdaemonGpuXidError", nodeName="node-a")],
 )
-REQUEST = REQUEST_PB.SerializeToString()
 
 
 def failure(socket_path: Path, token_path: str = "", timeout: float = 5.0) -> SendError:
     """What the reconciler would count for one call to the peer on ``socket_path``."""
+    publisher = GrpcPublisher(str(socket_path), token_path, timeout)
     try:
-        GrpcPublisher(str(socket_path), token_path, timeout).send(REQUEST)
+        publisher.send(REQUEST)
     except Exception as exc:
         return classify(exc)
+    finally:
+        publisher.close()
     raise AssertionError("the call succeeded")
 
 
-def test_the_request_is_one_grpc_message_with_the_token(socket_path: Path, token_file: Path) -> None:
-    with H2Peer(socket_path, "ok") as peer:
+def aborting(code: grpc.StatusCode, message: str) -> Handle:
+    def handle(request: pb.HealthEvents, context: grpc.ServicerContext) -> bytes:
+        context.abort(code, message)
+
+    return handle
+
+
+def test_the_request_is_the_health_events_message_with_the_token(socket_path: Path, token_file: Path) -> None:
+    with peer(socket_path) as p:
         GrpcPublisher(str(socket_path), str(token_file), 5.0).send(REQUEST)
         GrpcPublisher(str(socket_path), "", 5.0).send(REQUEST)
-    (headers, body), (untokened, _) = peer.requests
-    assert headers[":method"] == "POST" and headers[":path"] == METHOD and headers[":scheme"] == "http"
-    assert headers["content-type"].startswith("application/grpc") and headers["te"] == "trailers"
-    assert headers["authorization"] == f"Bearer {TOKEN}"
-    timeout = headers["grpc-timeout"]
-    assert timeout[:-1].isdigit() and len(timeout) <= 9 and timeout[-1] in "HMSmun"
-    assert body[0] == 0 and int.from_bytes(body[1:5], "big") == len(body) - 5
-    assert body[5:] == REQUEST and pb.HealthEvents.FromString(body[5:]) == REQUEST_PB
+    (metadata, request), (untokened, _) = p.requests
+    assert request == REQUEST
+    assert metadata["authorization"] == f"Bearer {TOKEN}"
     assert "authorization" not in untokened
 
 
-@pytest.mark.parametrize("shape", ["trailers-only", "status"])
 @pytest.mark.parametrize(
-    ("status", "code", "retryable"),
+    ("status", "retryable"),
     [
-        (16, "UNAUTHENTICATED", False),
-        (7, "PERMISSION_DENIED", False),
-        (3, "INVALID_ARGUMENT", False),
-        (8, "RESOURCE_EXHAUSTED", False),
-        (14, "UNAVAILABLE", True),
-        (4, "DEADLINE_EXCEEDED", True),
-        (13, "INTERNAL", False),
+        (grpc.StatusCode.UNAUTHENTICATED, False),
+        (grpc.StatusCode.PERMISSION_DENIED, False),
+        (grpc.StatusCode.INVALID_ARGUMENT, False),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, False),
+        (grpc.StatusCode.FAILED_PRECONDITION, False),
+        (grpc.StatusCode.UNIMPLEMENTED, False),
+        (grpc.StatusCode.INTERNAL, False),
+        (grpc.StatusCode.UNKNOWN, False),
+        (grpc.StatusCode.UNAVAILABLE, True),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, True),
     ],
 )
-def test_grpc_status_in_trailers_or_trailers_only(
-    socket_path: Path, shape: str, status: int, code: str, retryable: bool
+def test_each_status_is_named_and_only_unavailable_and_deadline_are_retried(
+    socket_path: Path, status: grpc.StatusCode, retryable: bool
 ) -> None:
-    with H2Peer(socket_path, shape, status=status, message="from the peer"):
+    with peer(socket_path, aborting(status, "from the peer")):
         err = failure(socket_path)
-    assert (err.code, err.retryable) == (code, retryable)
-    assert "from the peer" in str(err)
+    assert (err.code, err.retryable) == (status.name, retryable)
+    assert str(err) == f"{status.name}: from the peer"
 
 
-def test_grpc_message_is_percent_decoded(socket_path: Path) -> None:
-    with H2Peer(socket_path, "trailers-only", status=13, message="token expired: %C3%BCber 100%25 %zz"):
+def test_a_non_ascii_status_message_is_read_as_sent(socket_path: Path) -> None:
+    """grpcio percent-encodes it on the wire, as the platform-connector's gRPC stack would."""
+    with peer(socket_path, aborting(grpc.StatusCode.FAILED_PRECONDITION, "événement: 100% ; ok")):
         err = failure(socket_path)
-    assert str(err) == "INTERNAL: token expired: über 100% %zz"
+    assert str(err) == "FAILED_PRECONDITION: événement: 100% ; ok" and not err.retryable
 
 
 def test_a_reset_in_the_message_keeps_the_call_retryable(socket_path: Path) -> None:
-    with H2Peer(socket_path, "status", status=13, message="recvmsg:Connection reset by peer"):
+    with peer(socket_path, aborting(grpc.StatusCode.INTERNAL, "recvmsg:Connection reset by peer")):
         err = failure(socket_path)
     assert (err.code, err.retryable) == ("INTERNAL", True)
-
-
-@pytest.mark.parametrize(
-    ("http", "code", "retryable"),
-    [
-        (503, "UNAVAILABLE", True),
-        (429, "UNAVAILABLE", True),
-        (502, "UNAVAILABLE", True),
-        (401, "UNAUTHENTICATED", False),
-        (403, "PERMISSION_DENIED", False),
-        (404, "UNIMPLEMENTED", False),
-        (400, "INTERNAL", False),
-        (500, "UNKNOWN", False),
-    ],
-)
-def test_an_http_error_status_maps_to_a_grpc_code(socket_path: Path, http: int, code: str, retryable: bool) -> None:
-    with H2Peer(socket_path, "http", http=http):
-        err = failure(socket_path)
-    assert (err.code, err.retryable) == (code, retryable)
-
-
-def test_a_close_mid_stream_is_unavailable(socket_path: Path) -> None:
-    with H2Peer(socket_path, "close-mid-stream"):
-        err = failure(socket_path)
-    assert (err.code, err.retryable) == ("UNAVAILABLE", True)
-
-
-def test_a_peer_that_never_answers_is_a_deadline(socket_path: Path) -> None:
-    with H2Peer(socket_path, "silent") as peer:
-        err = failure(socket_path, timeout=0.5)
-    assert (err.code, err.retryable) == ("DEADLINE_EXCEEDED", True)
-    assert len(peer.requests) == 1  # the request arrived; the answer did not
-
-
-def test_an_oversized_answer_is_cut_off(socket_path: Path) -> None:
-    with H2Peer(socket_path, "oversized", size=4 * 1024 * 1024 + 1):  # over grpcio's default 4 MiB too
-        err = failure(socket_path)
-    assert (err.code, err.retryable) == ("RESOURCE_EXHAUSTED", False)
-
-
-def test_an_oversized_header_list_is_refused(socket_path: Path) -> None:
-    with H2Peer(socket_path, "huge-header", size=64 * 1024):
-        err = failure(socket_path)
-    assert (err.code, err.retryable) == ("RESOURCE_EXHAUSTED", False)
-
-
-@pytest.mark.parametrize(("reset", "code", "retryable"), [(7, "UNAVAILABLE", True), (8, "CANCELLED", False)])
-def test_a_reset_stream(socket_path: Path, reset: int, code: str, retryable: bool) -> None:
-    with H2Peer(socket_path, "reset", reset=reset):
-        err = failure(socket_path)
-    assert (err.code, err.retryable) == (code, retryable)
-
-
-def test_a_goaway_before_the_stream_is_unavailable(socket_path: Path) -> None:
-    with H2Peer(socket_path, "goaway"):
-        err = failure(socket_path)
-    assert (err.code, err.retryable) == ("UNAVAILABLE", True)
-
-
-def test_a_graceful_goaway_before_the_answer_is_retried(socket_path: Path) -> None:
-    """A server shutting down answers the streams it took; h2 cannot read that answer (python-hyper/h2#1181), so
-    the call is retried where grpcio would have read it: a retryable failure, never a rejection."""
-    with H2Peer(socket_path, "graceful-goaway") as peer:
-        err = failure(socket_path)
-    assert (err.code, err.retryable) == ("UNAVAILABLE", True)
-    assert len(peer.requests) == 1
-
-
-@pytest.mark.parametrize(
-    ("status", "code", "detail"),
-    [
-        ("²".encode(), "INTERNAL", None),  # a digit to str.isdigit, not to int()
-        (b"abc", "INTERNAL", None),
-        (b"99", "UNKNOWN", "UNKNOWN: \xffA"),  # a number no code has
-        (b"2", "UNKNOWN", "UNKNOWN: \xffA"),
-    ],
-)
-def test_header_bytes_that_are_not_a_status_or_not_utf8(
-    socket_path: Path, status: bytes, code: str, detail: str | None
-) -> None:
-    """What grpcio makes of them (a grpc-message that is no UTF-8 read as latin-1), not an exception the reconciler
-    does not expect."""
-    with H2Peer(socket_path, "trailers-only", status=status, message=b"\xff%41"):
-        err = failure(socket_path)
-    assert (err.code, err.retryable) == (code, False)
-    if detail is not None:
-        assert str(err) == detail
 
 
 def test_a_socket_nobody_listens_on_is_unavailable(socket_path: Path) -> None:
@@ -181,23 +100,95 @@ def test_a_socket_nobody_listens_on_is_unavailable(socket_path: Path) -> None:
     assert (err.code, err.retryable) == ("UNAVAILABLE", True)
 
 
-def test_a_real_grpc_server_percent_encodes_and_we_decode(socket_path: Path) -> None:
-    """grpcio's own encoding of a non-ASCII status message, as the platform-connector's gRPC stack would send it."""
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()  # a handler still waiting returns, so the server can stop
 
-    def handle(request: pb.HealthEvents, context: grpc.ServicerContext) -> empty_pb2.Empty:
-        context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"événement {request.events[0].checkName}: 100% ; ok")
 
-    handler = grpc.unary_unary_rpc_method_handler(
-        handle, request_deserializer=pb.HealthEvents.FromString, response_serializer=empty_pb2.Empty.SerializeToString
-    )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
-    service, method = METHOD.strip("/").split("/")
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(service, {method: handler})])
-    server.add_insecure_port(f"unix:{socket_path}")
-    server.start()
-    try:
+def test_a_peer_that_never_answers_is_a_deadline(socket_path: Path, release: threading.Event) -> None:
+    def silent(request: pb.HealthEvents, context: grpc.ServicerContext) -> bytes:
+        release.wait(30)
+        return b""
+
+    with peer(socket_path, silent) as p:
+        err = failure(socket_path, timeout=0.5)
+        release.set()
+    assert (err.code, err.retryable) == ("DEADLINE_EXCEEDED", True)
+    assert p.calls() == 1  # the request arrived; the answer did not
+
+
+def test_an_oversized_answer_is_refused_unread(socket_path: Path) -> None:
+    """The answer is google.protobuf.Empty: more than MAX_RESPONSE_BYTES is not read (grpcio's limit would be 4 MiB)."""
+    field = b"a" * MAX_RESPONSE_BYTES
+    big = b"\x0a" + bytes([0x80, 0x80, 0x04]) + field  # field 1, 65,536 bytes: unknown to Empty, valid protobuf
+    with peer(socket_path, lambda request, context: big):
         err = failure(socket_path)
+    assert (err.code, err.retryable) == ("RESOURCE_EXHAUSTED", False)
+
+
+# ---- the channel ----------------------------------------------------------------------------------------------------
+def test_one_channel_while_calls_work_a_new_one_after_a_failure(socket_path: Path) -> None:
+    answers = [None, grpc.StatusCode.UNAVAILABLE, None]
+
+    def handle(request: pb.HealthEvents, context: grpc.ServicerContext) -> bytes:
+        code = answers.pop(0)
+        if code is not None:
+            context.abort(code, "not now")
+        return b""
+
+    publisher = GrpcPublisher(str(socket_path), "", 5.0)
+    with peer(socket_path, handle):
+        publisher.send(REQUEST)
+        first = publisher._channel
+        with pytest.raises(Exception) as failed:
+            publisher.send(REQUEST)
+        assert classify(failed.value).code == "UNAVAILABLE"
+        assert publisher._channel is None  # closed: the next attempt connects afresh
+        publisher.send(REQUEST)
+        assert publisher._channel is not None and publisher._channel is not first
+    publisher.close()
+
+
+def test_a_restarted_platform_connector_is_reached_at_once(socket_path: Path) -> None:
+    publisher = GrpcPublisher(str(socket_path), "", 5.0)
+    try:
+        with peer(socket_path):
+            publisher.send(REQUEST)
+        with peer(socket_path) as again:  # a new server, a new socket at the same path
+            publisher.send(REQUEST)
+        assert again.calls() == 1
     finally:
-        server.stop(None).wait(5)
-    assert str(err) == "FAILED_PRECONDITION: événement NvdaemonGpuXidError: 100% ; ok"
-    assert not err.retryable
+        publisher.close()
+
+
+def test_close_ends_a_call_in_flight_and_every_later_one(socket_path: Path, release: threading.Event) -> None:
+    """The sink replaced or stopped while a call waits in an abandoned worker thread: it ends CANCELLED."""
+    arrived = threading.Event()
+
+    def hang(request: pb.HealthEvents, context: grpc.ServicerContext) -> bytes:
+        arrived.set()
+        release.wait(30)
+        return b""
+
+    publisher = GrpcPublisher(str(socket_path), "", 30.0)
+    errors: list[SendError] = []
+
+    def call() -> None:
+        try:
+            publisher.send(REQUEST)
+        except Exception as exc:
+            errors.append(classify(exc))
+
+    with peer(socket_path, hang):
+        caller = threading.Thread(target=call)
+        caller.start()
+        assert arrived.wait(10)
+        publisher.close()
+        caller.join(10)
+        release.set()
+        assert [e.code for e in errors] == ["CANCELLED"]
+        with pytest.raises(Exception) as later:
+            publisher.send(REQUEST)
+        assert classify(later.value).code == "CANCELLED"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from nvdaemon.collectors.bounds import LABEL_MAX
+from nvdaemon.exposition import escape_help, escape_label_value
 from nvdaemon.goparse import ParseError
 
 FamilyType = Literal["gauge", "counter", "untyped", "summary", "histogram"]
@@ -121,18 +122,6 @@ def go_float(value: float) -> str:
 _EXACT = float(2**53)
 
 
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def escape_label_value(text: str) -> str:
-    # Three substring tests cost less than a cache lookup, and a cache of a bounded size thrashed once the label
-    # values of a large host (many disks times their attributes) outgrew it.
-    if "\\" in text or '"' in text or "\n" in text:
-        return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return text
-
-
 def label_text(pairs: Iterable[tuple[str, str]]) -> str:
     """``k1="v1",k2="v2"`` in the order given (the dcgm surface keeps dcgm-exporter's order, unsorted)."""
     return ",".join(f'{k}="{escape_label_value(v)}"' for k, v in pairs)
@@ -161,7 +150,7 @@ def render(families: Mapping[str, Family]) -> bytes:
         fam = families[name]
         if not fam.samples:
             continue
-        append(f"# HELP {name} {_escape_help(fam.help)}")
+        append(f"# HELP {name} {escape_help(fam.help)}")
         append(f"# TYPE {name} {fam.type}")
         previous: tuple[tuple[str, str], ...] | None = None
         # Samples copied from another family (a textfile's, joined across files) may carry SUFFIX without this
