@@ -28,8 +28,8 @@ from bench.common import SECRET, AgentProcess, free_port, get, rss_kib
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.model import Event, Phase, new_event_id
-from nvdaemon.sinks.spool import FILE, SpoolDB
-from nvdaemon.sinks.webhook import WebhookEndpoint
+from nvdaemon.sinks.webhook.endpoint import WebhookEndpoint
+from nvdaemon.sinks.webhook.spool import FILE, SpoolDB
 
 THROUGHPUT_EVENTS = 2000
 LATENCY_EVENTS = 300

@@ -7,19 +7,21 @@ whose config changed are restarted. Reloads run in their own task, so no error o
 and a SIGTERM is answered while one is in progress. SIGTERM/SIGINT: the tier loops are cancelled, engine state is
 flushed under a shielded deadline, hypercorn is stopped through its shutdown trigger, and the process exits 0
 within ``shutdownGraceSeconds``. A second signal cuts the grace period short.
+
+This module builds the parts and wires them together; each part gets the values and callbacks it uses, never the
+agent: engine persistence is ``engine_store.py``, reload with rollback ``reloading.py``, the HTTP server's task and
+its re-binding ``http_binding.py``, task supervision ``supervise.py``.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import errno
 import logging
 import signal
 import socket
 import time
-from collections.abc import Hashable
-from functools import partial
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,35 +34,33 @@ from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE as NODE_EXPORTER_TABLE
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
-from nvdaemon.config import ConfigError, LoadedConfig, ServerConfig
+from nvdaemon.config import LoadedConfig, ServerConfig
+from nvdaemon.engine_store import EngineStore
 from nvdaemon.gpu import GpuRuntime, close_gpu, open_gpu, podresources
 from nvdaemon.gpu.xid import TASK_NAME as XID_TASK
 from nvdaemon.gpu.xid import serve_xid
 from nvdaemon.history.service import HistorySink
-from nvdaemon.model import Event, new_event_id
-from nvdaemon.reloading import Rules, prepare_reload
-from nvdaemon.seqmark import MARK_FILE, SeqMark
-from nvdaemon.server.app import Listening, serve_http
+from nvdaemon.http_binding import HttpBinding
+from nvdaemon.model import Event, TierSnapshot, new_event_id
+from nvdaemon.reloading import Reloads, ReloadSteps, Rules, prepare_reload
 from nvdaemon.sinks import Durable, Sink, SinkContext, SnapshotConsumer, build_sinks
-from nvdaemon.statefile import atomic_write, quarantine
-from nvdaemon.supervise import Supervisor, TaskState, describe
-from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
+from nvdaemon.statefile import atomic_write
+from nvdaemon.supervise import Supervisor, TaskState
+from nvdaemon.tiers import CollectorRunner, collect_tier
 from nvdaemon.view import AgentView, EventKey, Surfaces
 
 if TYPE_CHECKING:
-    from nvdaemon.sinks.stream import StreamHub
+    from nvdaemon.sinks.stream.hub import StreamHub
 
 log = logging.getLogger(__name__)
 events_log = logging.getLogger("nvdaemon.events")
 
-ENGINE_FILE = "engine.json"
-DURABLE_WAIT_SECONDS = 1.0
-HTTP_STOP_SECONDS = 10.0  # a replaced HTTP server's graceful stop (hypercorn's own is at most 5 s), then cancelled
+DURABLE_WAIT_SECONDS = 1.0  # a save of engine state waits this long for the durable sinks (engine_store.py)
 FINAL_SHARE = 0.25  # of shutdownGraceSeconds, kept for the final engine-state persist and the HTTP stop
 
 
 class Agent:
-    """Everything the tasks share. Only touched from the trio thread, so no locks beyond the persist lock."""
+    """Everything the tasks share. Only touched from the trio thread, so no locks beyond the engine store's."""
 
     def __init__(self, loaded: LoadedConfig, config_path: str | None = None, host_root: Path | None = None) -> None:
         self.loaded = loaded
@@ -84,22 +84,18 @@ class Agent:
         self.ready = False
         self.started = trio.Event()  # the start sequence is done: a SIGHUP before it waits for it
         self.stopping = trio.Event()
-        self.http_shutdown = trio.Event()
-        self.bound: list[str] = []
-        self.http_sockets: list[socket.socket] = []  # the running HTTP server's listening sockets
-        self._reserved_http: list[socket.socket] | None = None  # a reload's new listenAddr, bound (bind_for)
+        view: AgentView = self  # the server reads the agent only through this (mypy checks that the agent fits)
+        self.http = HttpBinding(view)  # the HTTP server's task: where it listens, its re-binding on reload
         self.supervisor: Supervisor | None = None
-        self.reloads = 0
         self.changes = 0  # bumped by anything that changes what /metrics shows besides snapshots and events
-        self.reload_failures = 0
-        self.last_reload_ok = True
+        self.reloading = Reloads(self.note_change)
         self.root_scope = trio.CancelScope()
-        self._persist_lock = trio.Lock()
-        self._engine_dirty = False
-        self._saved_seq = -1  # the event seq of the engine state last written to stateDir
-        self.seqmark = SeqMark()  # event seqs are issued only under a mark saved in stateDir (seqmark.py)
-        self._durable_warned = False
-        self.engine_save_error: str | None = None  # why the last engine.json write failed (a full stateDir)
+        self.store = EngineStore(
+            lambda: self.loaded.state_dir,
+            lambda: [s for s in self.sinks.values() if isinstance(s, Durable)],
+            durable_wait=DURABLE_WAIT_SECONDS,
+            write=lambda path, data: atomic_write(path, data),  # noqa: PLW0108 (this module's name, at each save)
+        )
 
     # ---- config-derived views -------------------------------------------------------------------------------
     @property
@@ -137,8 +133,30 @@ class Agent:
         return self.loaded.source
 
     @property
-    def tasks(self) -> dict[str, TaskState]:
-        return self.supervisor.tasks if self.supervisor is not None else {}
+    def tasks(self) -> Mapping[str, TaskState]:
+        return self.supervisor.states() if self.supervisor is not None else {}
+
+    @property
+    def reloads(self) -> int:
+        return self.reloading.applied
+
+    @property
+    def reload_failures(self) -> int:
+        return self.reloading.rejected
+
+    @property
+    def last_reload_ok(self) -> bool:
+        return self.reloading.last_ok
+
+    @property
+    def bound(self) -> list[str]:
+        """Where the HTTP server listens."""
+        return self.http.bound
+
+    @property
+    def http_shutdown(self) -> trio.Event:
+        """The running HTTP server's graceful stop trigger."""
+        return self.http.shutdown
 
     @property
     def surfaces(self) -> Surfaces:
@@ -148,88 +166,27 @@ class Agent:
     # ---- engine ---------------------------------------------------------------------------------------------
     @property
     def engine_path(self) -> Path:
-        return self.loaded.state_dir / ENGINE_FILE
+        return self.store.path
 
     @property
-    def seqmark_path(self) -> Path:
-        return self.loaded.state_dir / MARK_FILE
+    def engine_save_error(self) -> str | None:
+        """Why the last engine.json write failed (a full stateDir), or None."""
+        return self.store.save_error
 
     def load_engine(self) -> None:
-        """Restore the event seq, the active rule conditions and the lost GPUs from ``engine.json``, and the seq's
-        durable mark from ``seqmark.json`` (the seq continues from the greater of the two); a damaged file is moved
-        aside, never a crash loop. Until ``seqmark.reserve`` has saved a new mark, seqs issued count as
-        unreserved."""
-        path = self.engine_path
-        try:
-            data: bytes | None = path.read_bytes()
-        except FileNotFoundError:
-            data = None
-        if data is not None:
-            try:
-                self.engine = engine.load_state(data)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                quarantine(path, str(exc))
-            else:
-                log.info(
-                    "restored %d active condition(s) (%d rule, %d lost GPU), event seq %d",
-                    len(self.engine.active) + len(self.engine.lost_gpus),
-                    len(self.engine.active),
-                    len(self.engine.lost_gpus),
-                    self.engine.seq,
-                )
-        self.seqmark.load(self.engine, self.seqmark_path)
+        """Restore the engine state from stateDir (``EngineStore.load``)."""
+        self.engine = self.store.load(self.engine)
         # Seqs up to here were published by the run before: a durable sink attached now has none of them to commit.
         self.bus.last_seq = max(self.bus.last_seq, self.engine.seq)
 
     async def persist_engine(self, *, strict: bool = False) -> None:
-        """Save active conditions and the event seq, but only once every durable sink (the webhook spool) holds
-        the events that led there: saved state with an unspooled ENTER would lose that ENTER to a crash, while
-        unsaved state only makes a restart detect the transition again (at-least-once). A durable sink whose spool
-        refuses writes holds its ``committed_seq`` back, so nothing is saved past what it holds only in memory. A
-        write stateDir refuses is logged (once per streak) and retried on the next call; it is raised (OSError) only
-        when ``strict``: a reload applying a config rolls back on it. First, every call keeps the event seq's durable
-        mark ahead of the seqs issued (``seqmark.py``; a write only once half of its block is used)."""
-        await self.seqmark.keep_ahead(self.engine, self.seqmark_path)
-        if not self._engine_dirty:
-            return
-        target = self.engine.seq
-        # The state that goes with seq `target`, taken now: another tier, an XID or a reload may emit while we
-        # wait, and a dump taken after the wait would record transitions the spool may not hold yet.
-        data = engine.dump_state(self.engine)
-        with trio.move_on_after(DURABLE_WAIT_SECONDS) as waited:
-            for sink in [s for s in self.sinks.values() if isinstance(s, Durable)]:
-                await sink.wait_committed(target)
-        if waited.cancelled_caught:
-            lagging = [s.name for s in self.sinks.values() if isinstance(s, Durable) and s.committed_seq < target]
-            if not self._durable_warned:
-                log.warning("engine state not saved yet: events up to seq %d not yet spooled by %s", target, lagging)
-            self._durable_warned = True
-            return
-        self._durable_warned = False
-        async with self._persist_lock:
-            if target < self._saved_seq:  # a concurrent call already saved a newer state
-                return
-            try:
-                await trio.to_thread.run_sync(atomic_write, self.engine_path, data)
-            except OSError as exc:
-                # A full or read-only stateDir: the old file stays (at-least-once: a restart detects the newer
-                # transitions again); the state stays dirty and the next tick tries again. Never a tier crash.
-                if self.engine_save_error is None:
-                    log.error("engine state not saved (%s); retried every tick", exc.strerror or exc)
-                self.engine_save_error = exc.strerror or str(exc)
-                if strict:
-                    raise
-                return
-            if self.engine_save_error is not None:
-                log.info("engine state saved again")
-                self.engine_save_error = None
-            self._saved_seq = target
-            if self.engine.seq == target:  # else events came while waiting: their state is saved next time
-                self._engine_dirty = False
+        """Save the engine state, never past an event a durable sink does not hold yet (``EngineStore.persist``);
+        OSError only when ``strict`` and stateDir refuses the write."""
+        await self.store.persist(self.engine, strict=strict)
 
     def emit(self, events: list[Event]) -> None:
         for ev in events:
-            self._engine_dirty = True
+            self.store.mark_dirty()
             self.event_counts[ev.count_key()] += 1
             detail = ev.detail
             events_log.info(
@@ -311,7 +268,7 @@ class Agent:
         assert sup is not None
         cfg, interval = self.loaded.config.dcgm_compat, self.interval("gpu")
         fingerprint = podresources.fingerprint(cfg, interval)
-        running = sup.tasks.get(podresources.TASK_NAME)
+        running = sup.get(podresources.TASK_NAME)
         wanted = self.gpu is not None and cfg.pod_attribution
         if running is not None and (not wanted or running.fingerprint != fingerprint):
             await sup.stop(podresources.TASK_NAME)
@@ -356,7 +313,7 @@ class Agent:
         self.history = history if isinstance(history, HistorySink) else None
         self.stream = None
         if "stream" in self.sinks:
-            from nvdaemon.sinks.stream import StreamHub  # loaded already: the hub was built from it
+            from nvdaemon.sinks.stream.hub import StreamHub  # loaded already: the hub was built from it
 
             stream = self.sinks["stream"]
             self.stream = stream if isinstance(stream, StreamHub) else None
@@ -393,59 +350,31 @@ class Agent:
             await sup.start(name, sink.serve, critical=sink.critical, fingerprint=sink.fingerprint())
 
     async def reload(self) -> None:
-        """Re-read the config and apply it, or keep the running one. Never raises (``trio.Cancelled`` aside).
+        """Re-read the config and apply it, or keep the running one (``reloading.Reloads``: a failure while applying
+        rolls back to the running config). Never raises (``trio.Cancelled`` aside). A rejected reload is logged and
+        counted (``nodevitals_config_reloads_total{result="rejected"}``, ``nodevitals_config_last_reload_successful``
+        0)."""
+        steps = ReloadSteps(
+            prepare=self._prepare_reload,
+            running=lambda: (self.loaded, self.rules),
+            install=self._install,
+            persist=lambda strict: self.persist_engine(strict=strict),
+            sync_tasks=self._sync_tasks,
+        )
+        await self.reloading.reload(steps)
 
-        What can fail is tried before anything changes (``reloading.prepare_reload``: the file, the host checks, the
-        rules, and a trial state write when rules are retired). A failure while applying after all (a sink that
-        cannot be built, the engine state the disk refuses after the trial, the server's restart) rolls back to the
-        running config: its rules, sinks, tier loops and server. A rejected reload is logged and counted
-        (``nodevitals_config_reloads_total{result="rejected"}``, ``nodevitals_config_last_reload_successful`` 0).
-        """
-        try:
-            new, rules = await prepare_reload(self.config_path, self.host_root, self.loaded, self.engine)
-            self._reserved_http = self.bind_for(new)  # held from here: no other process can take it meanwhile
-        except Exception as exc:
-            self._reload_rejected(exc)
-            return
-        running, running_rules = self.loaded, self.rules
-        try:
-            await self._apply_config(new, rules)
-        except Exception as exc:
-            self._reload_rejected(exc, applied=True)
-            await self._roll_back(running, running_rules)
-            return
-        self.reloads += 1
-        self.last_reload_ok = True
-        log.info("config reloaded from %s", new.source)
+    async def _prepare_reload(self) -> tuple[LoadedConfig, Rules]:
+        """The new config checked (``reloading.prepare_reload``), and its listen address, when new, bound."""
+        new, rules = await prepare_reload(self.config_path, self.host_root, self.loaded, self.engine)
+        if self.supervisor is not None:  # held from here: no other process can take it meanwhile
+            running, c = self.loaded.config.sinks.metrics.listen_addr, new.config
+            self.http.reserve(self.supervisor, running, c.sinks.metrics.listen_addr, c.server.header_timeout_seconds)
+        return new, rules
 
-    def _reload_rejected(self, exc: BaseException, applied: bool = False) -> None:
-        self.reload_failures += 1
-        self.last_reload_ok = False
-        self.changes += 1  # /metrics shows the count
-        if isinstance(exc, ConfigError):
-            log.error("reload rejected, keeping the running config:\n%s", exc)
-            return
-        stage = "while applying it, rolling back" if applied else "keeping the running config"
-        # An OSError explains itself; anything else is a bug worth its traceback.
-        trace = None if isinstance(exc, OSError) else exc
-        log.error("reload failed %s: %s", stage, describe(exc), exc_info=trace)
-
-    async def _roll_back(self, loaded: LoadedConfig, rules: Rules) -> None:
-        """Back to the running config after a failed apply; conditions the rejected rules entered meanwhile EXIT."""
+    def _install(self, loaded: LoadedConfig, rules: Rules) -> None:
+        """Put ``loaded`` and its ``rules`` in force; conditions of rules they no longer have EXIT."""
         self.loaded, self.rules = loaded, rules
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
-        for step in (self._sync_tasks, self.persist_engine):
-            try:
-                await step()
-            except Exception as exc:  # the supervisor keeps retrying what did not start; state is saved next tick
-                log.error("rollback: %s failed: %s", step.__name__.strip("_"), describe(exc))
-
-    async def _apply_config(self, new: LoadedConfig, rules: Rules) -> None:
-        self.loaded = new
-        self.rules = rules
-        self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
-        await self.persist_engine(strict=True)
-        await self._sync_tasks()
 
     async def _sync_tasks(self) -> None:
         """Restart the tasks whose config differs from ``self.loaded``; start and stop sinks and tiers to match."""
@@ -453,100 +382,23 @@ class Agent:
         assert sup is not None
         await self.sync_sinks()
         wanted = {f"tier:{t}": t for t in self.active_tiers()}
-        for name in [n for n in sup.tasks if n.startswith("tier:") and n not in wanted]:
+        for name in [n for n in sup.states() if n.startswith("tier:") and n not in wanted]:
             await sup.stop(name)
             self.snapshots.pop(name.removeprefix("tier:"), None)
             self.heartbeats.pop(name.removeprefix("tier:"), None)
             self.ticks.pop(name.removeprefix("tier:"), None)
         for name, tier in wanted.items():
-            running = sup.tasks.get(name)
+            running = sup.get(name)
             if running is None or running.fingerprint != self.tier_fingerprint(tier):
                 await sup.start(name, serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier))
         await self.sync_podresources()  # GPU pod attribution: started, stopped or re-targeted with the config
-        await self.restart_http(self._take_reserved_http())
-
-    def _take_reserved_http(self) -> list[socket.socket] | None:
-        socks, self._reserved_http = self._reserved_http, None
-        return socks
-
-    def bind_for(self, new: LoadedConfig) -> list[socket.socket] | None:
-        """Sockets bound (not yet listening) to ``new``'s listenAddr when it differs from the running server's,
-        before anything of ``new`` is applied: an address that cannot be had rejects the reload and the old server
-        stays (OSError). None when the address is unchanged (a restarted server takes over the running one's
-        sockets), or when the new address overlaps the running one's port (``127.0.0.1:P`` -> ``:P``): the kernel
-        refuses that bind while the old listener exists, so that server is stopped first (``restart_http``).
-        Sockets that are never handed to a server are closed when dropped (a reload rejected later)."""
-        from nvdaemon.server import listen
-
-        old = self.loaded.config.sinks.metrics.listen_addr
-        addr = new.config.sinks.metrics.listen_addr
-        if self.supervisor is None or "http" not in self.supervisor.tasks or addr == old:
-            return None
-        timeout_ms = listen.user_timeout_ms(new.config.server.header_timeout_seconds)
-        try:
-            return listen.bind(addr, user_timeout_ms=timeout_ms, backlog=None)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE and listen.overlaps(old, addr):
-                return None
-            raise
-
-    async def restart_http(self, socks: list[socket.socket] | None) -> None:
-        """Restart the HTTP server if its settings changed: the new one is listening (on ``socks``, or on dups of
-        the running server's sockets when the address is unchanged) before the old one is told to stop, so no
-        connection is refused meanwhile; the old one then finishes its requests within its graceful timeout.
-        Only a new address overlapping the old port makes the old server stop first (``bind_for``)."""
-        sup = self.supervisor
-        assert sup is not None
-        http = sup.tasks.get("http")
-        if http is None or http.fingerprint == self.server_fingerprint():
-            for sock in socks or []:
-                sock.close()
-            return
-        self._record_http(http.started_value)  # its latest run's sockets (the supervisor may have restarted it)
-        running_addr = http.fingerprint[0] if isinstance(http.fingerprint, tuple) else None
-        same_addr = running_addr == self.loaded.config.sinks.metrics.listen_addr
-        if socks is None and same_addr and all(sock.fileno() != -1 for sock in self.http_sockets):
-            socks = [sock.dup() for sock in self.http_sockets]
-        old_shutdown, self.http_shutdown = self.http_shutdown, trio.Event()
-        if socks is None:  # the new address needs the old listener gone first
-            await self._stop_http(http, old_shutdown)
-        del sup.tasks["http"]  # kept running until the new one listens: Supervisor.start would cancel it first
-        await self.start_http(socks)
-        await self._stop_http(http, old_shutdown)
+        await self.http.restart(sup, self.server_fingerprint())  # on the address the reload bound, if new
 
     async def start_http(self, socks: list[socket.socket] | None) -> None:
         """Start the HTTP server (on ``socks`` when given) over the agent as a read-only view, with the config
         values its fingerprint is made of, and record where it listens."""
-        sup = self.supervisor
-        assert sup is not None
-        view: AgentView = self  # the server reads the agent only through this (mypy checks that the agent fits)
-        fingerprint = addr, server, grace = self.server_fingerprint()
-        serve = partial(
-            serve_http,
-            view,
-            server,
-            addr,
-            shutdown_grace_seconds=grace,
-            shutdown_trigger=self.http_shutdown.wait,
-            sockets=socks,
-        )
-        self._record_http(await sup.start("http", serve, critical=True, fingerprint=fingerprint))
-
-    def _record_http(self, listening: object) -> None:
-        """Where the HTTP server listens, as it reported when it started (nothing when that start failed)."""
-        if isinstance(listening, Listening):
-            self.bound, self.http_sockets = list(listening.bound), list(listening.sockets)
-
-    @staticmethod
-    async def _stop_http(http: TaskState, shutdown: trio.Event) -> None:
-        """A running server stops gracefully (its shutdown trigger); one in backoff, or one that overruns its
-        graceful timeout, is cancelled."""
-        if http.state == "running":
-            shutdown.set()
-            with trio.move_on_after(HTTP_STOP_SECONDS):
-                await http.done.wait()
-        http.scope.cancel()
-        await http.done.wait()
+        assert self.supervisor is not None
+        await self.http.start(self.supervisor, self.server_fingerprint(), socks)
 
     async def watch_signals(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """SIGHUP asks the reloader for a reload (SIGHUPs during one make one more, not one each); SIGTERM/SIGINT
@@ -582,14 +434,14 @@ class Agent:
                 try:
                     await self.reload()
                 except Exception as exc:  # reload() handles its own errors; this keeps a bug in it from the root
-                    self._reload_rejected(exc)
+                    self.reloading.reject(exc)
 
     async def run(self) -> None:
         grace = self.loaded.config.shutdown_grace_seconds
         self.started_clock = trio.current_time()
         self.load_engine()
         # Before the first event: a block of seqs reserved in stateDir (a refusal is logged; events go on regardless).
-        await self.seqmark.reserve(self.engine, self.seqmark_path)
+        await self.store.reserve(self.engine)
         self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
         # NVML unusable: the gpu tier is skipped, or NvmlUnavailable when it is the only tier. The GPUs lost before a
         # restart come back with the engine state: still lost, no second ENTER; answering, their EXIT.
@@ -633,10 +485,10 @@ class Agent:
         try:
             with stop_phase:
                 # Producers first, then consumers: the tier loops stop publishing before the sinks flush and stop.
-                await _stop_all(sup, [n for n in sup.tasks if n.startswith(("tier:", "source:"))])
+                await _stop_all(sup, [n for n in sup.states() if n.startswith(("tier:", "source:"))])
                 opened, self.gpu = self.gpu, None
                 await close_gpu(opened)  # the XID wait has returned and its event set is freed: nvmlShutdown
-                await _stop_all(sup, [n for n in sup.tasks if n != "http"])  # the sinks: side by side, not in turn
+                await _stop_all(sup, [n for n in sup.states() if n != "http"])  # the sinks: side by side, not in turn
         finally:
             # Where a slow shutdown spent its time: the tasks' share, or the persist and HTTP stop that follow.
             log.info(
@@ -646,14 +498,11 @@ class Agent:
             )
             shutdown.set_deadline(deadline)
             with shutdown.bounded_shield(max(grace / 2, 0.5)):
-                self._engine_dirty = True
+                self.store.mark_dirty()
                 await self.persist_engine()
             for sink in self.sinks.values():  # what a sink could not make durable is dropped, counted and logged
                 sink.close()
-            http = sup.tasks.get("http")
-            if http is not None:  # a server in its restart backoff is cancelled, not waited for
-                with shutdown.bounded_shield(HTTP_STOP_SECONDS):
-                    await self._stop_http(http, self.http_shutdown)
+            await self.http.stop(sup)  # a server in its restart backoff is cancelled, not waited for
 
 
 async def _stop_all(sup: Supervisor, names: list[str]) -> None:

@@ -4,11 +4,11 @@ Callers and their numbers (seconds):
 
 - supervised task restarts (``supervise.Supervisor``): base 0.5, cap 60, factor 2, equal jitter;
 - webhook deliveries (``sinks.webhook``): ``backoffBaseSeconds``, ``backoffMaxSeconds``, factor 2, full jitter;
-- refused spool writes (``sinks.spool_writer.StorageHealth``): the endpoint's base, its cap but at most 30, factor 2,
-  equal jitter;
-- NVSentinel sends (``sinks.nvsentinel_reconciler``): ``retryInitialSeconds``, no cap within a pass (``maxAttempts``
+- refused spool writes (``sinks.webhook.spool_writer.StorageHealth``): the endpoint's base, its cap but at most 30,
+  factor 2, equal jitter;
+- NVSentinel sends (``sinks.nvsentinel.reconciler``): ``retryInitialSeconds``, no cap within a pass (``maxAttempts``
   bounds the retries), factor ``retryMultiplier``, ``retryJitter`` either side; across ticks a held send waits the
-  same formula carried on, at most 60 s (``sinks.nvsentinel_hold``).
+  same formula carried on, at most 60 s (``sinks.nvsentinel.hold``).
 
 Pure: the random draw is the caller's (each has an injectable ``jitter`` source, so tests pin it).
 """

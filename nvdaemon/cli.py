@@ -29,7 +29,7 @@ from nvdaemon.config import ConfigError, LoadedConfig
 from nvdaemon.configload import load_config
 from nvdaemon.preflight import preflight
 from nvdaemon.server.token import read_token
-from nvdaemon.sinks import webhook_cli
+from nvdaemon.sinks.webhook import cli as webhook_cli
 
 EXIT_CONFIG = 2
 DEFAULT_URL = "http://127.0.0.1:9847"

@@ -2,7 +2,7 @@
 
 This module is the bottom of the package: it imports nothing of nvdaemon but ``configcheck``. Reading, expanding and
 validating a file is ``configload``, which sits above this module and above the validators of the sinks and the
-compat surfaces (``sinks/webhook_config.py``, ``sinks/nvsentinel_config.py``, ``compat/node_exporter/options.py``)
+compat surfaces (``sinks/webhook/config.py``, ``sinks/nvsentinel/config.py``, ``compat/node_exporter/options.py``)
 and the Go-key folding (``goconfig``), so that none of them is imported from here.
 
 Keys are camelCase and a superset of the Go agent's. Unknown keys are errors (a typo must not silently disable a
@@ -73,7 +73,7 @@ ProcessingStrategyName = Literal["EXECUTE_REMEDIATION", "STORE_ONLY", "STORE_AND
 
 
 class RuleNvsentinel(_Section):
-    """How a rule's condition is reported to NVSentinel; unset fields take the defaults of sinks/nvsentinel_map.py."""
+    """How a rule's condition is reported to NVSentinel; unset fields take the defaults of sinks/nvsentinel/map.py."""
 
     check_name: str = ""  # default: Nvdaemon + the condition in CamelCase
     component_class: str = ""  # default: from the tier, metric and device (CPU, Memory, Disk, NIC, GPU, Node)

@@ -3,8 +3,8 @@
 Reads the config file named on the command line (at most ``config.MAX_CONFIG_BYTES``, UTF-8) or the embedded
 ``nvdaemon/default.yaml``, and the environment (``${VAR}``, ``NODE_NAME``, ``KUBERNETES_SERVICE_HOST``,
 ``XDG_STATE_HOME``). It sits above the schema (``config``) and above every validator the schema cannot express,
-which import ``config`` or ``configcheck`` and never this module: the sinks' (``sinks/webhook_config.py``,
-``sinks/nvsentinel_config.py``), the node_exporter surface's (``compat/node_exporter/options.py``) and the Go agent's
+which import ``config`` or ``configcheck`` and never this module: the sinks' (``sinks/webhook/config.py``,
+``sinks/nvsentinel/config.py``), the node_exporter surface's (``compat/node_exporter/options.py``) and the Go agent's
 keys (``goconfig``). ``cli`` and ``reloading`` call it; nothing below them does.
 """
 
@@ -34,8 +34,8 @@ from nvdaemon.configcheck import (
     locate,
     path_problem,
 )
-from nvdaemon.sinks.nvsentinel_config import normalise_xid_keys, nvsentinel_issues
-from nvdaemon.sinks.webhook_config import webhook_issues
+from nvdaemon.sinks.nvsentinel.config import normalise_xid_keys, nvsentinel_issues
+from nvdaemon.sinks.webhook.config import webhook_issues
 
 NODE_IN_POD = (
     "not set and NODE_NAME is empty, inside Kubernetes (KUBERNETES_SERVICE_HOST is set): the hostname would be the "

@@ -18,7 +18,8 @@ from typing import Any, TypeGuard
 from nvdaemon.compat.node_exporter.flags import node_exporter_flags
 from nvdaemon.config import HISTORY_FILE_IN_DATA_DIR as HISTORY_FILE_IN_DATA_DIR  # noqa: PLC0414 (re-export)
 from nvdaemon.configcheck import ENV_VAR, ConfigIssue, path_problem
-from nvdaemon.sinks import webhook_config, webhook_url
+from nvdaemon.sinks.webhook import config as webhook_config
+from nvdaemon.sinks.webhook import url as webhook_url
 
 GO_LISTEN = ":9847"  # the Go agent's listenAddr when it is empty
 GO_INTERVAL_SECONDS = 15

@@ -1,6 +1,9 @@
 """The data model shared by collectors, the rule engine, sinks and the HTTP surface.
 
-Everything here is plain data: no I/O and no trio import, so the pure core can be tested with tables.
+Everything here is plain data: no I/O and no trio import, so the pure core can be tested with tables. That includes a
+tier's cycle as a value (``TierSnapshot``, with each collector's ``Interpreted`` result and ``CollectorStatus``):
+``nvdaemon.tiers`` runs the loops that make them, and the surfaces, the server, history and the sinks read them
+without importing the loops.
 """
 
 from __future__ import annotations
@@ -8,7 +11,10 @@ from __future__ import annotations
 import enum
 import os
 import time
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -158,3 +164,85 @@ def new_event_id(now: float | None = None) -> str:
     value = (ms << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
     h = f"{value:032x}"
     return f"{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+# ---- a tier's cycle, as a value ---------------------------------------------------------------------------------
+T = TypeVar("T")
+
+
+def _frozen_map(value: Mapping[str, T]) -> Mapping[str, T]:
+    """A read-only copy (a ``MappingProxyType`` over a dict of its own, so the caller's dict can change freely)."""
+    return MappingProxyType(dict(value))
+
+
+@dataclass(frozen=True)
+class Interpreted:
+    """What one ``interpret`` produced: this cycle's samples. A collector whose data a compat surface renders
+    returns a subclass that adds it (the smart tier's disk reports, the node_exporter families, the GPU identities)."""
+
+    samples: tuple[Sample, ...]
+
+    def detail(self) -> dict[str, Any]:
+        """Plain data about this result for ``/v1/status`` (joined with ``Collector.detail()``)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class ReadCounts:
+    """A cycle's shared reads as a value: files read, reads answered from the cache, the paths in first-asked order."""
+
+    reads: int = 0
+    shared: int = 0
+    paths: tuple[str, ...] = ()  # as strings: turning each back into a Path every cycle would cost more than a read
+
+
+@dataclass(frozen=True)
+class CollectorStatus:
+    """The outcome of one run of a collector, and its totals since start: a value, one per cycle."""
+
+    name: str
+    success: bool = False  # no error this run (an absent source is not an error)
+    present: bool = True  # the source exists on this node
+    duration: float = 0.0
+    errors: Sequence[str] = ()  # a tuple
+    error_total: int = 0
+    samples: int = 0
+    detail: Mapping[str, Any] = field(default_factory=dict)  # Collector.detail() of this run, when it has one
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "errors", tuple(self.errors))
+        object.__setattr__(self, "detail", _frozen_map(self.detail))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "success": self.success,
+            "present": self.present,
+            "durationSeconds": round(self.duration, 6),
+            "errors": list(self.errors),
+            "errorTotal": self.error_total,
+            "samples": self.samples,
+            **({"detail": dict(self.detail)} if self.detail else {}),
+        }
+
+
+@dataclass(frozen=True)
+class TierSnapshot:
+    """One cycle of a tier, as a value: nothing in it changes after it is made, and it holds no collector.
+
+    ``results`` has an entry for each collector that produced one *in this cycle* (one that timed out, was skipped
+    or failed to interpret has none), so a surface reading it knows the data is this cycle's without comparing
+    timestamps. ``collectors`` has every collector's status of this cycle.
+    """
+
+    tier: str
+    samples: Sequence[Sample]  # a tuple
+    collectors: Mapping[str, CollectorStatus]  # read-only
+    collected_at: float
+    duration: float
+    results: Mapping[str, Interpreted] = field(default_factory=dict)  # read-only; this cycle's only
+    reads: ReadCounts | None = None  # the cycle's shared file reads (how many were shared between collectors)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "samples", tuple(self.samples))
+        object.__setattr__(self, "collectors", _frozen_map(self.collectors))
+        object.__setattr__(self, "results", _frozen_map(self.results))

@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import trio
@@ -89,12 +90,46 @@ class Supervisor:
         self.tasks[name] = st
         return await self.nursery.start(self._run, st, fn, args)
 
+    async def replace(
+        self,
+        name: str,
+        fn: ServeFn,
+        *args: Any,
+        critical: bool = False,
+        fingerprint: Hashable = None,
+        retire: Callable[[TaskState], Awaitable[None]] | None = None,
+    ) -> Any:
+        """Start ``fn(*args)`` as ``name`` while the task now under that name keeps running, then retire the old
+        one: ``retire(old)`` first when given (a server's graceful stop), then it is cancelled and waited for. A
+        server taking over its predecessor's sockets so is never without a listener. The new task starts with its
+        own state (no restarts, no failures of the old one). Returns what ``start`` returns; KeyError when no task
+        is named ``name``."""
+        old = self.tasks.get(name)
+        if old is None:
+            raise KeyError(f"no task {name!r} to replace")
+        st = TaskState(name=name, critical=critical, fingerprint=fingerprint)
+        self.tasks[name] = st  # the old one is no longer ours to restart or list: only to stop
+        value = await self.nursery.start(self._run, st, fn, args)
+        if retire is not None:
+            await retire(old)
+        old.scope.cancel()
+        await old.done.wait()
+        return value
+
     async def stop(self, name: str) -> None:
         """Cancel one task and wait until it has finished its cleanup."""
         st = self.tasks.pop(name, None)
         if st is not None:
             st.scope.cancel()
             await st.done.wait()
+
+    def get(self, name: str) -> TaskState | None:
+        """The task ``name``, when one is supervised under that name."""
+        return self.tasks.get(name)
+
+    def states(self) -> Mapping[str, TaskState]:
+        """Every supervised task by name, in start order, read only (``/v1/status``, the shutdown's stop order)."""
+        return MappingProxyType(self.tasks)
 
     def stuck(self) -> list[str]:
         """Critical tasks that failed ``stuck_after`` times in a row and have not since run stably."""

@@ -8,10 +8,10 @@ while its thread is still stuck, that collector is skipped and reported as faile
 tick after tick, and the collectors read on the loop are not held up by it. Interpretation runs on the loop once the
 reads are in.
 
-A cycle's outcome is a ``TierSnapshot``: a frozen value holding the samples, each collector's ``Interpreted``
-result of that cycle, each collector's status of that cycle (a frozen ``CollectorStatus``; the runner makes a new one
-every cycle rather than updating one) and the read counts. It holds no collector, so a surface reading it sees that
-cycle and nothing later.
+A cycle's outcome is a ``TierSnapshot`` (defined in ``nvdaemon.model``, so that what reads one never imports this
+module): a frozen value holding the samples, each collector's ``Interpreted`` result of that cycle, each collector's
+status of that cycle (a frozen ``CollectorStatus``; the runner makes a new one every cycle rather than updating one)
+and the read counts. It holds no collector, so a surface reading it sees that cycle and nothing later.
 """
 
 from __future__ import annotations
@@ -22,88 +22,20 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from nvdaemon.collectors.base import (
-    CYCLE_READS,
-    Collector,
-    CycleReads,
-    Gathered,
-    HostRoots,
-    Interpreted,
-    NotPresent,
-    ReadCounts,
-)
-from nvdaemon.model import Sample
+from nvdaemon.collectors.base import CYCLE_READS, Collector, CycleReads, Gathered, HostRoots, NotPresent
+from nvdaemon.model import CollectorStatus, Interpreted, TierSnapshot
 from nvdaemon.supervise import describe
 
 if TYPE_CHECKING:
     from outcome import Outcome as ThreadResult  # trio's own dependency: what a worker thread hands back
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-
-def _frozen_map(value: Mapping[str, T]) -> Mapping[str, T]:
-    """A read-only copy (a ``MappingProxyType`` over a dict of its own, so the caller's dict can change freely)."""
-    return MappingProxyType(dict(value))
-
-
-@dataclass(frozen=True)
-class CollectorStatus:
-    """The outcome of one run of a collector, and its totals since start: a value, one per cycle."""
-
-    name: str
-    success: bool = False  # no error this run (an absent source is not an error)
-    present: bool = True  # the source exists on this node
-    duration: float = 0.0
-    errors: Sequence[str] = ()  # a tuple
-    error_total: int = 0
-    samples: int = 0
-    detail: Mapping[str, Any] = field(default_factory=dict)  # Collector.detail() of this run, when it has one
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "errors", tuple(self.errors))
-        object.__setattr__(self, "detail", _frozen_map(self.detail))
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "success": self.success,
-            "present": self.present,
-            "durationSeconds": round(self.duration, 6),
-            "errors": list(self.errors),
-            "errorTotal": self.error_total,
-            "samples": self.samples,
-            **({"detail": dict(self.detail)} if self.detail else {}),
-        }
-
-
-@dataclass(frozen=True)
-class TierSnapshot:
-    """One cycle of a tier, as a value: nothing in it changes after it is made, and it holds no collector.
-
-    ``results`` has an entry for each collector that produced one *in this cycle* (one that timed out, was skipped
-    or failed to interpret has none), so a surface reading it knows the data is this cycle's without comparing
-    timestamps. ``collectors`` has every collector's status of this cycle.
-    """
-
-    tier: str
-    samples: Sequence[Sample]  # a tuple
-    collectors: Mapping[str, CollectorStatus]  # read-only
-    collected_at: float
-    duration: float
-    results: Mapping[str, Interpreted] = field(default_factory=dict)  # read-only; this cycle's only
-    reads: ReadCounts | None = None  # the cycle's shared file reads (how many were shared between collectors)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "samples", tuple(self.samples))
-        object.__setattr__(self, "collectors", _frozen_map(self.collectors))
-        object.__setattr__(self, "results", _frozen_map(self.results))
 
 
 @dataclass

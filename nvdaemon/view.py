@@ -25,9 +25,8 @@ if TYPE_CHECKING:
     from nvdaemon.exposition import Metric
     from nvdaemon.gpu import GpuRuntime
     from nvdaemon.history.service import HistorySink
-    from nvdaemon.model import Event
-    from nvdaemon.sinks.stream import Client, Cursor, Filters, Replay, StreamHub
-    from nvdaemon.tiers import TierSnapshot
+    from nvdaemon.model import Event, TierSnapshot
+    from nvdaemon.sinks.stream.hub import Client, Cursor, Filters, Replay, StreamHub
 
 EventKey = tuple[str, str, str, str, str, str, str]  # nodevitals_events_total's labels (model.Event.count_key)
 
@@ -149,7 +148,7 @@ def webhook_targets(view: AgentView) -> dict[str, str]:
     the caller cuts what it shows)."""
     if not any(name.startswith("webhook:") for name in view.sinks):
         return {}  # the webhook modules stay unloaded without an endpoint
-    from nvdaemon.sinks.webhook import WebhookEndpoint  # already loaded: the endpoints were built from it
+    from nvdaemon.sinks.webhook.endpoint import WebhookEndpoint  # already loaded: the endpoints were built from it
 
     return {name: sink.hook.url for name, sink in view.sinks.items() if isinstance(sink, WebhookEndpoint)}
 
@@ -267,7 +266,7 @@ STREAM_GOING_AWAY = 1001
 
 
 class EventStream:
-    """The websocket hub (``nvdaemon/sinks/stream.py``'s ``StreamHub``) as ``/v1/events`` uses it: a query string
+    """The websocket hub (``nvdaemon/sinks/stream/hub.py``'s ``StreamHub``) as ``/v1/events`` uses it: a query string
     parsed into filters and a cursor (opaque to the route), the buffered events they select, and live clients
     connected and disconnected."""
 
@@ -284,7 +283,7 @@ class EventStream:
 
     def request(self, args: Mapping[str, list[str]]) -> tuple[Filters, Cursor] | str:
         """The filters and cursor of a query string, or why it is refused (a message for the 400 answer)."""
-        from nvdaemon.sinks.stream import Cursor, FilterError, Filters
+        from nvdaemon.sinks.stream.hub import Cursor, FilterError, Filters
 
         try:
             return Filters.from_query(args), Cursor.from_query(args, self.buffer_size)
@@ -293,7 +292,7 @@ class EventStream:
 
     def recent(self, filters: Filters, cursor: Cursor) -> Replay:
         """The buffered events ``cursor`` selects; without ``since`` or ``replay``, every buffered one."""
-        from nvdaemon.sinks.stream import Cursor
+        from nvdaemon.sinks.stream.hub import Cursor
 
         if cursor.since is None and not cursor.replay:
             cursor = Cursor(replay=self.buffer_size)
@@ -301,7 +300,7 @@ class EventStream:
 
     def connect(self, filters: Filters, cursor: Cursor) -> tuple[Client, Replay] | None:
         """A new live client and its replay; None when the hub takes no more now (``maxClients``, or stopping)."""
-        from nvdaemon.sinks.stream import Refused
+        from nvdaemon.sinks.stream.hub import Refused
 
         try:
             return self._hub.connect(filters, cursor)
@@ -321,6 +320,6 @@ def event_stream(view: AgentView) -> EventStream | None:
 
 def stream_frame(payload: bytes) -> StreamFrame:
     """``payload`` (UTF-8 text) as a websocket frame, built as the hub builds its events' (a control message)."""
-    from nvdaemon.sinks.stream import Frame
+    from nvdaemon.sinks.stream.hub import Frame
 
     return Frame.of(payload)

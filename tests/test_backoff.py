@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from nvdaemon import supervise
 from nvdaemon.backoff import EQUAL, FULL, MAX_EXPONENT, Jitter, backoff, plus_minus
 from nvdaemon.config import NvsentinelSink, SpoolConfig, WebhookSink
-from nvdaemon.sinks import nvsentinel_reconciler, spool_writer, webhook
+from nvdaemon.sinks.nvsentinel import reconciler as nvsentinel_reconciler
+from nvdaemon.sinks.webhook import endpoint as webhook
+from nvdaemon.sinks.webhook import spool_writer
 
 
 @pytest.mark.parametrize(

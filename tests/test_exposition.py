@@ -16,9 +16,8 @@ from prometheus_client.registry import Collector
 
 from nvdaemon import exposition as ex
 from nvdaemon.catalogue import help_for
-from nvdaemon.model import Kind, Sample
+from nvdaemon.model import Kind, Sample, TierSnapshot
 from nvdaemon.server.metrics import PREFIX, MetricsCache, exposed_as_counter
-from nvdaemon.tiers import TierSnapshot
 from tests.server.fakeview import make_view
 
 

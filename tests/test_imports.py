@@ -143,7 +143,7 @@ def test_an_agent_sending_to_nvsentinel_loads_grpc_for_its_call(tmp_path: Path) 
         modules = modules_of_agent(tmp_path, config, done=lambda: bool(connector.ok_events()))
     finally:
         connector.stop()
-    assert "nvdaemon.sinks.nvsentinel_reconciler" in modules
+    assert "nvdaemon.sinks.nvsentinel.reconciler" in modules
     assert {"grpc", "google.protobuf"} <= modules
 
 

@@ -22,11 +22,11 @@ import trio
 import trio.testing
 
 from nvdaemon import reloading
-from nvdaemon.app import ENGINE_FILE, Agent
+from nvdaemon.app import Agent
 from nvdaemon.configload import parse_config
-from nvdaemon.model import COUNT_LABELS, Sample
+from nvdaemon.engine_store import ENGINE_FILE
+from nvdaemon.model import COUNT_LABELS, Sample, TierSnapshot
 from nvdaemon.supervise import Supervisor
-from nvdaemon.tiers import TierSnapshot
 from tests import test_e2e
 from tests.polling import until
 from tests.test_config_limits import laughs

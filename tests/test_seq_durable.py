@@ -24,13 +24,13 @@ import trio
 import trio.testing
 
 import nvdaemon.app
+import nvdaemon.engine_store
 from nvdaemon import engine
 from nvdaemon.app import Agent
 from nvdaemon.configload import parse_config
 from nvdaemon.engine import EngineState
-from nvdaemon.model import Sample
+from nvdaemon.model import Sample, TierSnapshot
 from nvdaemon.server.state import status_document
-from nvdaemon.tiers import TierSnapshot
 from tests.sinks.storage import tmpfs
 from tests.test_e2e import free_port
 
@@ -75,7 +75,7 @@ def issued(caplog: pytest.LogCaptureFixture) -> list[int]:
 
 
 def saved_seq(state: Path) -> int:
-    return engine.load_state((state / nvdaemon.app.ENGINE_FILE).read_bytes()).seq
+    return engine.load_state((state / nvdaemon.engine_store.ENGINE_FILE).read_bytes()).seq
 
 
 def assert_each_seq_once(seqs: list[int]) -> None:

@@ -17,10 +17,9 @@ from quart_trio import QuartTrio
 
 from nvdaemon.app import Agent
 from nvdaemon.configload import parse_config
-from nvdaemon.model import Kind, Sample, make_labels
+from nvdaemon.model import CollectorStatus, Kind, Sample, TierSnapshot, make_labels
 from nvdaemon.server.app import Listening, build_app
 from nvdaemon.supervise import Supervisor
-from nvdaemon.tiers import CollectorStatus, TierSnapshot
 from tests.server.fakeview import FakeView, address, as_view, make_view, serve
 
 

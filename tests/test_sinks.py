@@ -20,7 +20,7 @@ from nvdaemon.configload import parse_config
 from nvdaemon.history.service import HistorySink
 from nvdaemon.model import Event, Phase
 from nvdaemon.sinks import BusSubscriber, CommitTracker, ObservableDefaults, build_sinks
-from nvdaemon.sinks.stream import StreamHub
+from nvdaemon.sinks.stream.hub import StreamHub
 from nvdaemon.supervise import Supervisor
 
 

@@ -14,8 +14,8 @@ from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted
 from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.surface import NodeExporterCollector, render_node_exporter
 from nvdaemon.config import NodeExporterConfig
-from nvdaemon.model import Sample
-from nvdaemon.tiers import CollectorRunner, CollectorStatus, TierSnapshot, collect_tier
+from nvdaemon.model import CollectorStatus, Sample, TierSnapshot
+from nvdaemon.tiers import CollectorRunner, collect_tier
 
 ROOTS = HostRoots()
 

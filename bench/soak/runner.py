@@ -30,8 +30,8 @@ from bench.soak.receiver import FlappingReceiver
 from bench.soak.storm import STORM_AT, Storm, check_storm, reload_storm
 from bench.soak.verdict import Check, FullPhase, Kill, LoggedEvent, Run, Verdict, parse_drops, parse_log
 from nvdaemon import engine
-from nvdaemon.sinks.spool import DEAD, PENDING, SpoolDB
-from nvdaemon.sinks.spool import FILE as SPOOL_FILE
+from nvdaemon.sinks.webhook.spool import DEAD, PENDING, SpoolDB
+from nvdaemon.sinks.webhook.spool import FILE as SPOOL_FILE
 from tests.nvsentinel.connector import FakeConnector
 
 NODE = "soak-node"

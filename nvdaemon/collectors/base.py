@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from nvdaemon.collectors.bounds import LINES_MAX, check_lines, line_limits
 from nvdaemon.goparse import ParseError as ParseError  # noqa: PLC0414 (re-exported: collectors raise it too)
+from nvdaemon.model import Interpreted as Interpreted  # noqa: PLC0414 (re-exported: a tier snapshot's value, in the core)
+from nvdaemon.model import ReadCounts as ReadCounts  # noqa: PLC0414 (re-exported, as Interpreted)
 from nvdaemon.model import Sample
 
 if TYPE_CHECKING:
@@ -104,18 +106,6 @@ class Gathered:
 
     data: Any
     errors: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Interpreted:
-    """What one ``interpret`` produced: this cycle's samples. A collector whose data a compat surface renders
-    returns a subclass that adds it (the smart tier's disk reports, the node_exporter families, the GPU identities)."""
-
-    samples: tuple[Sample, ...]
-
-    def detail(self) -> dict[str, Any]:
-        """Plain data about this result for ``/v1/status`` (joined with ``Collector.detail()``)."""
-        return {}
 
 
 def interpreted(samples: Iterable[Sample]) -> Interpreted:
@@ -244,15 +234,6 @@ class _Entry:
         self.busy.acquire()
         self.value: Any = None
         self.error: BaseException | None = None
-
-
-@dataclass(frozen=True)
-class ReadCounts:
-    """A cycle's shared reads as a value: files read, reads answered from the cache, the paths in first-asked order."""
-
-    reads: int = 0
-    shared: int = 0
-    paths: tuple[str, ...] = ()  # as strings: turning each back into a Path every cycle would cost more than a read
 
 
 class CycleReads:

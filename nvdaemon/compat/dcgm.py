@@ -31,7 +31,7 @@ from nvdaemon.nvml import device_name
 
 if TYPE_CHECKING:
     from nvdaemon.gpu.attribution import Attribution
-    from nvdaemon.tiers import TierSnapshot
+    from nvdaemon.model import TierSnapshot
 
 MIB = 1 << 20
 

@@ -30,7 +30,7 @@ from nvdaemon.collectors.smart_report import DiskReport
 from nvdaemon.compat.node_exporter.family import Family, FamilyType, render
 
 if TYPE_CHECKING:
-    from nvdaemon.tiers import TierSnapshot
+    from nvdaemon.model import TierSnapshot
 
 Pairs = list[tuple[str, str]]
 

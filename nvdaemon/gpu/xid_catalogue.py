@@ -4,7 +4,7 @@ Pure data and lookups, no imports. Two readers, two audiences:
 
 - the GPU source (``gpu/events.py``) puts ``description`` and ``severity`` on the XID event every webhook, stream
   and history receiver sees;
-- the NVSentinel sink (``sinks/nvsentinel_map.py``) sends ``action`` as the HealthEvent's recommendedAction and
+- the NVSentinel sink (``sinks/nvsentinel/map.py``) sends ``action`` as the HealthEvent's recommendedAction and
   ``fatal`` as isFatal (``sinks.nvsentinel.xidActions`` overrides the action, and fatality follows it).
 
 Severity is the Go agent's table (nodevitals-contract.md §3, ``GO_XID_SEVERITY``): info for 13, 31, 43; warning
@@ -53,8 +53,8 @@ UNKNOWN_XID_DESCRIPTION = "unknown XID"
 UNKNOWN_XID_SEVERITY: Severity = "warning"
 UNKNOWN_XID_ACTION = "CONTACT_SUPPORT"
 NO_ACTION = "NONE"
-# Every RecommendedAction name (health_event.proto; nvsentinel_map.RECOMMENDED_ACTIONS has their numbers): a bucket
-# spelled as one is that action.
+# Every RecommendedAction name (health_event.proto; sinks/nvsentinel/map.py's RECOMMENDED_ACTIONS has their numbers):
+# a bucket spelled as one is that action.
 ACTION_NAMES = frozenset(
     {"NONE", "COMPONENT_RESET", "CONTACT_SUPPORT", "RUN_FIELDDIAG", "RESTART_VM", "RESTART_BM", "REPLACE_VM"}
     | {"RUN_DCGMEUD", "CUSTOM", "UNKNOWN"}

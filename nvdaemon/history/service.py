@@ -34,7 +34,7 @@ from nvdaemon.shutdown import bounded_shield
 if TYPE_CHECKING:
     from nvdaemon.config import HistoryConfig
     from nvdaemon.history.store import HistoryStore, QueryResult
-    from nvdaemon.tiers import TierSnapshot
+    from nvdaemon.model import TierSnapshot
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

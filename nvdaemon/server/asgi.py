@@ -37,7 +37,7 @@ compressed frame into megabytes before any size check, and the stream's small JS
 
 **Pre-encoded frames** (``write_frames``). ``/v1/events`` sends the same event to up to ``maxClients`` clients;
 through ASGI every client's message would be framed by its own wsproto connection and written on its own. The
-stream route instead hands complete frames, built once per event (``nvdaemon.sinks.stream.Frame``), to
+stream route instead hands complete frames, built once per event (``nvdaemon.sinks.stream.hub.Frame``), to
 ``write_frames``, which writes them as they are, several in one socket write. ``front`` makes it available to the
 websocket handler's context (``frame_writer``). Valid because no extension is negotiated (no RSV bits, no deflate)
 and a server's frames are unmasked; once the connection is closing they are dropped, as hypercorn drops a message.

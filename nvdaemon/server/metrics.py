@@ -40,8 +40,7 @@ from nvdaemon.server.smart_metrics import smart_self_metrics
 from nvdaemon.server.tier_metrics import tier_self_metrics
 
 if TYPE_CHECKING:
-    from nvdaemon.model import Sample
-    from nvdaemon.tiers import TierSnapshot
+    from nvdaemon.model import Sample, TierSnapshot
     from nvdaemon.view import AgentView
 
 PREFIX = "nodevitals_hw_"

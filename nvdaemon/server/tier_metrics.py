@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from nvdaemon.exposition import GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from nvdaemon.tiers import TierSnapshot
+    from nvdaemon.model import TierSnapshot
 
 
 def tier_self_metrics(snapshots: Mapping[str, TierSnapshot], interval: Callable[[str], float]) -> Iterator[Metric]:

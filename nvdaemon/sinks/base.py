@@ -40,7 +40,7 @@ from nvdaemon.model import Event
 if TYPE_CHECKING:  # types only: the config structs and conditions a context carries, the snapshots a sink reads
     from nvdaemon.config import HistoryConfig, NvsentinelSink, Rule, SpoolConfig, StreamSink, WebhookSink
     from nvdaemon.engine import ActiveCondition
-    from nvdaemon.tiers import TierSnapshot
+    from nvdaemon.model import TierSnapshot
 
 
 @dataclass(frozen=True)

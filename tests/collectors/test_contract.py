@@ -20,10 +20,9 @@ from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots, NotPresent
 from nvdaemon.collectors.gpu import gpu_samples
 from nvdaemon.configload import parse_config
-from nvdaemon.model import Sample
+from nvdaemon.model import Sample, TierSnapshot
 from nvdaemon.nvml.fake import FakeNvml
 from nvdaemon.server.metrics import MetricsCache
-from nvdaemon.tiers import TierSnapshot
 from tests.collectors.conftest import HOSTS, NOW
 from tests.gpu.conftest import THERMAL
 from tests.smart.conftest import collector, cycle

@@ -25,7 +25,8 @@ from nvdaemon.collectors.loadavg import LoadAvgCollector
 from nvdaemon.collectors.memory import MemoryCollector
 from nvdaemon.collectors.netdev import NetDevCollector
 from nvdaemon.collectors.pressure import PressureCollector
-from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
+from nvdaemon.model import TierSnapshot
+from nvdaemon.tiers import CollectorRunner, collect_tier
 from tests.collectors.conftest import collect, copy_host, value
 
 MiB = 1024 * 1024

@@ -31,7 +31,8 @@ from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import render
 from nvdaemon.compat.node_exporter.surface import NodeExporterCollector, surface_families
 from nvdaemon.config import NodeExporterConfig
-from nvdaemon.tiers import CollectorRunner, TierSnapshot, collect_tier
+from nvdaemon.model import TierSnapshot
+from nvdaemon.tiers import CollectorRunner, collect_tier
 from tests.collectors.conftest import copy_host
 
 

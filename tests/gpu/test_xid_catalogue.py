@@ -12,7 +12,7 @@ from nvdaemon.gpu import xid_catalogue
 from nvdaemon.gpu.events import xid_description, xid_event, xid_severity
 from nvdaemon.gpu.xid_catalogue import GO_XID_SEVERITY, UNKNOWN_XID_ACTION, XID_CATALOGUE
 from nvdaemon.nvml import GpuIdentity, XidNotice
-from nvdaemon.sinks.nvsentinel_map import XidRecord, xid_health
+from nvdaemon.sinks.nvsentinel.map import XidRecord, xid_health
 
 RANK = {"info": 0, "warning": 1, "critical": 2}
 

@@ -12,8 +12,7 @@ import trio
 from nvdaemon.app import Agent
 from nvdaemon.configload import parse_config
 from nvdaemon.history.service import HistorySink
-from nvdaemon.model import Sample
-from nvdaemon.tiers import TierSnapshot
+from nvdaemon.model import Sample, TierSnapshot
 
 T0 = 1_700_000_400  # a window boundary for 1, 5 and 10 minute windows
 

@@ -24,12 +24,11 @@ from nvdaemon.gotime import rfc3339
 from nvdaemon.history.core import EPOCH, MAX_POINTS, Acc, quantum_for
 from nvdaemon.history.service import HistorySink
 from nvdaemon.history.store import _UPSERT, HistoryStore, QueryResult, SeriesResult
-from nvdaemon.model import Sample, make_labels
+from nvdaemon.model import Sample, TierSnapshot, make_labels
 from nvdaemon.server.app import build_app
 from nvdaemon.server.history_routes import CHUNK, GoPoint, GoSeries, series_json
 from nvdaemon.sqlitetx import transaction
 from nvdaemon.supervise import Supervisor
-from nvdaemon.tiers import TierSnapshot
 from tests.history.helpers import Wall, make_agent, snap
 
 NOW = (int(time.time()) // 300) * 300  # the newest window end; points are laid out back from it

@@ -15,7 +15,7 @@ from nvdaemon.app import Agent
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.options import DEFAULTS
-from nvdaemon.compat.node_exporter.surface import collect_once, node_exporter_collectors
+from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
 from nvdaemon.config import ConfigError, LoadedConfig
 from nvdaemon.configload import parse_config
 from nvdaemon.history.core import DEFAULT_METRICS
@@ -23,6 +23,7 @@ from nvdaemon.history.service import HistorySink, history_path
 from nvdaemon.model import Phase, Sample
 from nvdaemon.server.listen import bind_list
 from tests.history.helpers import T0, Wall, make_agent, make_sink, serving, temps
+from tests.node_exporter.oracle import collect_once
 
 ROOT = Path(__file__).resolve().parents[2]
 

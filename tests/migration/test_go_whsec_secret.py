@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from nvdaemon.sinks import signing
+from nvdaemon.sinks.webhook import signing
 from tests.sinks.helpers import event, hook, running, until
 from tests.sinks.receiver import Receiver
 

@@ -12,22 +12,41 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import msgspec
+import trio
 
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE
+from nvdaemon.compat.node_exporter.context import NodeCollector
+from nvdaemon.compat.node_exporter.family import render
 from nvdaemon.compat.node_exporter.options import DEFAULTS
-from nvdaemon.compat.node_exporter.surface import collect_once
+from nvdaemon.compat.node_exporter.surface import NodeExporterCollector, surface_families
 from nvdaemon.config import NodeExporterConfig
+from nvdaemon.tiers import CollectorRunner, collect_tier
 from tests.node_exporter.exposition import ParsedFamily, parse, same_value
 from tests.polling import until_sync
 
 BINARY_NAMES = ("prometheus-node-exporter", "node_exporter")
+ONCE_TIMEOUT = 30.0  # collect_once: a fixture read never takes this long; a hang fails the test, not hangs it
 # Families of node_exporter's own process and build, not of a collector.
 NOT_COLLECTED = ("go_", "process_", "promhttp_", "node_exporter_build_info")
+
+
+def collect_once(
+    roots: HostRoots, options: NodeExporterConfig, table: Mapping[str, Callable[[], NodeCollector]], names: list[str]
+) -> bytes:
+    """Run the named collectors through one tier cycle, as the agent does, and render them (the surface, as served)."""
+    collectors = [NodeExporterCollector(name, table[name]()) for name in names if name in table]
+    for c in collectors:
+        c.options = options
+    runners = [CollectorRunner(c, trio.CapacityLimiter(1)) for c in collectors]
+    snap = trio.run(collect_tier, "core", runners, roots, ONCE_TIMEOUT)
+    return render(surface_families(snap))
+
+
 # Families whose values move between two reads of the same host (labels and HELP/TYPE are still compared).
 TIME_DEPENDENT = frozenset(
     {

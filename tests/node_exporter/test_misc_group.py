@@ -13,9 +13,8 @@ from nvdaemon.collectors.base import HostRoots, NotPresent, ParseError
 from nvdaemon.compat.node_exporter import TABLE, clock, entropy, filefd, meminfo, osrelease, textfile, uname, vmstat
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
-from nvdaemon.compat.node_exporter.surface import collect_once
 from tests.node_exporter.exposition import parse
-from tests.node_exporter.oracle import binary, compare, options_for, ours, theirs
+from tests.node_exporter.oracle import binary, collect_once, compare, options_for, ours, theirs
 
 
 def _host(root: Path, files: Mapping[str, str | bytes | None]) -> Path:

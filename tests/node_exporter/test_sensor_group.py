@@ -23,11 +23,19 @@ from nvdaemon.compat.node_exporter.family import Family, merge, render
 from nvdaemon.compat.node_exporter.hwmon import clean_name, explode_filename
 from nvdaemon.compat.node_exporter.powersupplyclass import collect_supplies
 from nvdaemon.compat.node_exporter.rapl import collect_zones, index_and_name, sanitize_metric_name
-from nvdaemon.compat.node_exporter.surface import collect_once
 from nvdaemon.config import NodeExporterConfig
 from tests.node_exporter.conftest import HOSTS
 from tests.node_exporter.exposition import parse
-from tests.node_exporter.oracle import compare, flags_for, node_exporter, options_for, ours, scrape, theirs
+from tests.node_exporter.oracle import (
+    collect_once,
+    compare,
+    flags_for,
+    node_exporter,
+    options_for,
+    ours,
+    scrape,
+    theirs,
+)
 
 GROUP = ("hwmon", "thermal_zone", "rapl", "edac", "powersupplyclass")
 

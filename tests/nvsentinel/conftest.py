@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from nvdaemon.config import NvsentinelSink
-from nvdaemon.sinks.nvsentinel import Reconciler
+from nvdaemon.sinks.nvsentinel.sink import Reconciler
 from tests.nvsentinel.connector import FakeConnector
 
 NODE = "node-a"

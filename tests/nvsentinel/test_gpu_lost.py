@@ -24,7 +24,7 @@ from nvdaemon.configload import load_config, parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.nvml.fake import FakeNvml
 from nvdaemon.proto import health_event_pb2 as pb
-from nvdaemon.sinks.nvsentinel import Reconciler
+from nvdaemon.sinks.nvsentinel.sink import Reconciler
 from tests.nvsentinel.conftest import MakeReconciler
 from tests.nvsentinel.connector import FakeConnector
 from tests.polling import until
@@ -159,7 +159,7 @@ CHILD = """
 import json, sys, trio
 from pathlib import Path
 from nvdaemon.config import NvsentinelSink
-from nvdaemon.sinks.nvsentinel import Reconciler
+from nvdaemon.sinks.nvsentinel.sink import Reconciler
 sock, state = sys.argv[1], Path(sys.argv[2])
 rec = Reconciler(NvsentinelSink(enabled=True, socket_path=sock, token_path="", max_attempts=1), node="n",
                  state_path=state / "nvsentinel.json", boot_id_path=None)

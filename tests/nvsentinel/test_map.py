@@ -20,7 +20,7 @@ from nvdaemon.gpu.xid_catalogue import (
     bucket_action,
     xid_action,
 )
-from nvdaemon.sinks.nvsentinel_map import (
+from nvdaemon.sinks.nvsentinel.map import (
     RECOMMENDED_ACTIONS,
     CheckSpec,
     Entity,

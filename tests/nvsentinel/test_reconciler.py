@@ -23,7 +23,7 @@ from nvdaemon.engine import ActiveCondition, rule_key
 from nvdaemon.exposition import render
 from nvdaemon.model import Event, Phase
 from nvdaemon.proto import health_event_pb2 as pb
-from nvdaemon.sinks.nvsentinel import Reconciler
+from nvdaemon.sinks.nvsentinel.sink import Reconciler
 from tests.nvsentinel.conftest import TOKEN, MakeReconciler
 from tests.nvsentinel.connector import FakeConnector
 

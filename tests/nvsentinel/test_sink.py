@@ -15,9 +15,9 @@ from nvdaemon.configload import parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.proto import health_event_pb2 as pb
 from nvdaemon.server.metrics import MetricsCache
-from nvdaemon.sinks.nvsentinel import NvsentinelHealthSink, classify
-from nvdaemon.sinks.nvsentinel_map import CheckSpec
-from nvdaemon.sinks.nvsentinel_wire import RpcError
+from nvdaemon.sinks.nvsentinel.map import CheckSpec
+from nvdaemon.sinks.nvsentinel.sink import NvsentinelHealthSink, classify
+from nvdaemon.sinks.nvsentinel.wire import RpcError
 from nvdaemon.supervise import Supervisor
 from tests.nvsentinel.conftest import MakeReconciler
 from tests.nvsentinel.connector import FakeConnector

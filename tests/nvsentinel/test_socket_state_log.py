@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from nvdaemon.sinks.nvsentinel import Reconciler
+from nvdaemon.sinks.nvsentinel.sink import Reconciler
 from tests.nvsentinel.conftest import MakeReconciler
 from tests.nvsentinel.connector import FakeConnector
 from tests.nvsentinel.test_reconciler import HOT, HOT_CHECK, active, sync

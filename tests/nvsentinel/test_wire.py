@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 from nvdaemon.proto import health_event_pb2 as pb
-from nvdaemon.sinks.nvsentinel import GrpcPublisher, classify
-from nvdaemon.sinks.nvsentinel_wire import MAX_RESPONSE_BYTES, SendError
+from nvdaemon.sinks.nvsentinel.sink import GrpcPublisher, classify
+from nvdaemon.sinks.nvsentinel.wire import MAX_RESPONSE_BYTES, SendError
 from tests.nvsentinel.conftest import TOKEN
 from tests.nvsentinel.grpcpeer import Handle, peer
 

@@ -19,8 +19,8 @@ from nvdaemon.nvml import GpuIdentity, XidNotice
 from nvdaemon.nvml.fake import FakeNvml
 from nvdaemon.nvml.real import RealNvml
 from nvdaemon.sinks.cloudevent import encode
-from nvdaemon.sinks.nvsentinel import lost_record, xid_record
-from nvdaemon.sinks.nvsentinel_map import lost_health, rule_health, xid_health
+from nvdaemon.sinks.nvsentinel.map import lost_health, rule_health, xid_health
+from nvdaemon.sinks.nvsentinel.sink import lost_record, xid_record
 from nvdaemon.tail import format_line
 from tests.gpu.recorder import RecordingNvml
 

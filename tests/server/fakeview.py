@@ -18,11 +18,10 @@ from nvdaemon.config import LoadedConfig
 from nvdaemon.configload import parse_config
 from nvdaemon.gpu import GpuRuntime
 from nvdaemon.history.service import HistorySink
-from nvdaemon.model import new_event_id
+from nvdaemon.model import TierSnapshot, new_event_id
 from nvdaemon.server.app import Listening, serve_http
-from nvdaemon.sinks.stream import StreamHub
+from nvdaemon.sinks.stream.hub import StreamHub
 from nvdaemon.supervise import TaskState
-from nvdaemon.tiers import TierSnapshot
 from nvdaemon.view import AgentView, EventKey, SinkView, Surfaces
 
 

@@ -12,10 +12,9 @@ import trio
 from quart import request
 
 from nvdaemon.config import ServerConfig
-from nvdaemon.model import Kind, Sample, make_labels
+from nvdaemon.model import CollectorStatus, Kind, Sample, TierSnapshot, make_labels
 from nvdaemon.server import app as server_app
 from nvdaemon.server.metrics import MetricsCache
-from nvdaemon.tiers import CollectorStatus, TierSnapshot
 from nvdaemon.view import AgentView
 from tests.server.fakeview import FakeView, make_view
 from tests.server.raw import Conn, make_server_view, serving

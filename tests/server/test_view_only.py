@@ -102,7 +102,7 @@ async def test_query_history_refuses_in_plain_values(tmp_path: Path) -> None:
 
 
 async def test_event_stream_replays_parses_and_refuses_as_the_hub_does(tmp_path: Path) -> None:
-    from nvdaemon.sinks.stream import CLOSE_GOING_AWAY, Frame
+    from nvdaemon.sinks.stream.hub import CLOSE_GOING_AWAY, Frame
 
     assert view_module.STREAM_GOING_AWAY == CLOSE_GOING_AWAY
     assert view_module.stream_frame(b'{"type":"ping"}').wire == Frame.of(b'{"type":"ping"}').wire

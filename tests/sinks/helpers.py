@@ -20,8 +20,8 @@ import trio
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.model import Event, Phase
-from nvdaemon.sinks.spool import SpoolDB
-from nvdaemon.sinks.webhook import WebhookEndpoint
+from nvdaemon.sinks.webhook.endpoint import WebhookEndpoint
+from nvdaemon.sinks.webhook.spool import SpoolDB
 from tests import polling
 
 T = TypeVar("T")

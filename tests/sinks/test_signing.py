@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from nvdaemon.sinks import signing
+from nvdaemon.sinks.webhook import signing
 
 # The example of the Standard Webhooks specification's reference test suites.
 SPEC_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

@@ -29,14 +29,13 @@ from nvdaemon.app import Agent
 from nvdaemon.configload import parse_config
 from nvdaemon.gpu.events import XID_CONDITION
 from nvdaemon.history.service import HistorySink
-from nvdaemon.model import Event, Phase, Sample
+from nvdaemon.model import Event, Phase, Sample, TierSnapshot
 from nvdaemon.server.self_metrics import delivery_dropped
-from nvdaemon.sinks.nvsentinel import NvsentinelHealthSink
-from nvdaemon.sinks.spool import SpoolDB
-from nvdaemon.sinks.stream import Cursor, Filters, StreamHub
-from nvdaemon.sinks.webhook import WebhookEndpoint
+from nvdaemon.sinks.nvsentinel.sink import NvsentinelHealthSink
+from nvdaemon.sinks.stream.hub import Cursor, Filters, StreamHub
+from nvdaemon.sinks.webhook.endpoint import WebhookEndpoint
+from nvdaemon.sinks.webhook.spool import SpoolDB
 from nvdaemon.supervise import Supervisor
-from nvdaemon.tiers import TierSnapshot
 from tests import polling
 
 from ..test_e2e import free_port
@@ -84,7 +83,7 @@ def dropped_logged(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
 async def test_a_replaced_webhook_endpoint_hands_its_backlog_and_counters_to_its_successor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "nvdaemon.sinks.webhook_metrics")
+    caplog.set_level(logging.WARNING, "nvdaemon.sinks.webhook.metrics")
 
     def webhook(timeout: int) -> str:
         return (

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 import pytest
 
-from nvdaemon.sinks.spool import DEAD, PENDING, Share, SpoolDB
+from nvdaemon.sinks.webhook.spool import DEAD, PENDING, Share, SpoolDB
 from nvdaemon.sqlitetx import transaction
 
 T = TypeVar("T")

@@ -23,7 +23,7 @@ import trio
 import trio.testing
 
 from nvdaemon import cli
-from nvdaemon.sinks.spool import DEAD, FILE, PENDING, SpoolDB
+from nvdaemon.sinks.webhook.spool import DEAD, FILE, PENDING, SpoolDB
 
 from ..test_e2e import ROOT, Agent, free_port, wait_for
 from .helpers import SECRET, Script, event, hook, running, until

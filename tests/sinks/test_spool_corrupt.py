@@ -16,7 +16,7 @@ import trio
 import trio.testing
 
 from nvdaemon import cli
-from nvdaemon.sinks.spool import FILE, SpoolDB
+from nvdaemon.sinks.webhook.spool import FILE, SpoolDB
 
 from .helpers import Faults, Script, event, hook, malformed, running, until
 from .storage import tmpfs

@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from nvdaemon.sinks.spool import FILE, SpoolDB
+from nvdaemon.sinks.webhook.spool import FILE, SpoolDB
 
 from .helpers import Faults, Script, disk_full, event, hook, io_error, read_only, running, until
 from .test_webhook_policy import URL, exposition
@@ -134,7 +134,7 @@ async def test_closing_a_stopped_endpoint_counts_every_event_it_held_in_memory_o
     and counted, so emitted = delivered + counted drops."""
     faults = Faults()
     script = Script(ok)
-    caplog.set_level(logging.WARNING, "nvdaemon.sinks.webhook_metrics")
+    caplog.set_level(logging.WARNING, "nvdaemon.sinks.webhook.metrics")
     async with running(tmp_path, hook(URL), transport=script.transport(), opener=faults.opener) as (sink, bus):
         bus.publish(event(1))
         await until(lambda: script.delivered == [1])

@@ -24,8 +24,8 @@ from nvdaemon.configload import parse_config
 from nvdaemon.model import Event, Phase
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.server.state import status_document
-from nvdaemon.sinks.webhook import WebhookEndpoint
-from nvdaemon.sinks.webhook_url import endpoint_names
+from nvdaemon.sinks.webhook.endpoint import WebhookEndpoint
+from nvdaemon.sinks.webhook.url import endpoint_names
 from nvdaemon.supervise import Supervisor
 
 from .helpers import SECRET, until

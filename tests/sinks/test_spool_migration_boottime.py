@@ -13,8 +13,8 @@ import pytest
 import trio
 import trio.testing
 
-from nvdaemon.sinks import spool
-from nvdaemon.sinks.spool import DEAD, FILE, SpoolDB
+from nvdaemon.sinks.webhook import spool
+from nvdaemon.sinks.webhook.spool import DEAD, FILE, SpoolDB
 
 from .helpers import Script, event, hook, running, until
 

@@ -14,8 +14,8 @@ import trio
 
 from nvdaemon.app import Agent
 from nvdaemon.configload import parse_config
-from nvdaemon.sinks.spool import FILE, SpoolDB
-from nvdaemon.sinks.webhook import WebhookEndpoint
+from nvdaemon.sinks.webhook.endpoint import WebhookEndpoint
+from nvdaemon.sinks.webhook.spool import FILE, SpoolDB
 from nvdaemon.supervise import Supervisor
 from tests import polling
 
@@ -66,7 +66,7 @@ async def test_a_reload_replacing_two_endpoints_loses_no_event_published_meanwhi
     """A changed spool bound replaces every endpoint; the tier loops keep emitting while each is stopped (here:
     one event as each stop begins). An endpoint replaced first must still get what is emitted while the next one
     stops."""
-    caplog.set_level(logging.WARNING, "nvdaemon.sinks.webhook_metrics")
+    caplog.set_level(logging.WARNING, "nvdaemon.sinks.webhook.metrics")
     ports = [free_port(), free_port()]
     agent = write_config(tmp_path, ports, 1000)
     emitted: list[str] = []
@@ -101,7 +101,7 @@ async def test_a_reload_replacing_two_endpoints_loses_no_event_published_meanwhi
 async def test_a_stop_while_the_state_dir_refuses_writes_counts_what_was_only_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, "nvdaemon.sinks.webhook_metrics")
+    caplog.set_level(logging.WARNING, "nvdaemon.sinks.webhook.metrics")
     agent = write_config(tmp_path, [free_port()], 1000)
     ids = [event(i).id for i in range(1, 6)]
     async with trio.open_nursery() as nursery:

@@ -15,7 +15,7 @@ import httpx
 import msgspec
 import pytest
 
-from nvdaemon.sinks.spool import FILE, SpoolDB
+from nvdaemon.sinks.webhook.spool import FILE, SpoolDB
 
 from .helpers import SECRET, Script, disk_full, event, hook, malformed, running, until
 from .receiver import Receiver

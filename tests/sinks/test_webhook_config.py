@@ -12,7 +12,7 @@ import pytest
 from nvdaemon import cli
 from nvdaemon.config import ConfigError
 from nvdaemon.configload import parse_config
-from nvdaemon.sinks.spool import FILE, SpoolDB
+from nvdaemon.sinks.webhook.spool import FILE, SpoolDB
 
 from .helpers import SECRET
 from .receiver import Receiver
@@ -179,8 +179,8 @@ def test_a_secret_file_is_read_within_a_limit(tmp_path: Path) -> None:
     """A secretFile pointing at something huge (a log, a device) is refused at its key, never read whole; one that
     is not UTF-8 is a clear error too, not a traceback."""
     from nvdaemon.config import WebhookSink
-    from nvdaemon.sinks.webhook_config import MAX_SECRET_FILE_BYTES, SecretFileTooLarge
-    from nvdaemon.sinks.webhook_http import load_keys
+    from nvdaemon.sinks.webhook.config import MAX_SECRET_FILE_BYTES, SecretFileTooLarge
+    from nvdaemon.sinks.webhook.http import load_keys
 
     huge = tmp_path / "huge"
     huge.write_bytes(b"TOPSECRET" + b"x" * (MAX_SECRET_FILE_BYTES + 1))

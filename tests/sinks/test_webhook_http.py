@@ -12,10 +12,10 @@ import trio
 
 from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig
-from nvdaemon.sinks import webhook
-from nvdaemon.sinks.spool import SpoolDB
-from nvdaemon.sinks.webhook import WebhookEndpoint
-from nvdaemon.sinks.webhook_url import endpoint_names
+from nvdaemon.sinks.webhook import endpoint as webhook
+from nvdaemon.sinks.webhook.endpoint import WebhookEndpoint
+from nvdaemon.sinks.webhook.spool import SpoolDB
+from nvdaemon.sinks.webhook.url import endpoint_names
 from nvdaemon.supervise import Supervisor
 
 from .helpers import OLD_SECRET, SECRET, event, hook, running, until

@@ -17,13 +17,13 @@ import trio.testing
 
 from nvdaemon.config import SpoolConfig
 from nvdaemon.exposition import render
-from nvdaemon.sinks import signing
-from nvdaemon.sinks.spool import DEAD, FILE, SpoolDB
 from nvdaemon.sinks.spool_clock import SteadyClock
-from nvdaemon.sinks.spool_io import Spool
-from nvdaemon.sinks.webhook import WebhookEndpoint
-from nvdaemon.sinks.webhook_http import retry_after
-from nvdaemon.sinks.webhook_url import endpoint_names
+from nvdaemon.sinks.webhook import signing
+from nvdaemon.sinks.webhook.endpoint import WebhookEndpoint
+from nvdaemon.sinks.webhook.http import retry_after
+from nvdaemon.sinks.webhook.spool import DEAD, FILE, SpoolDB
+from nvdaemon.sinks.webhook.spool_io import Spool
+from nvdaemon.sinks.webhook.url import endpoint_names
 
 from .helpers import SECRET, Script, event, hook, running, until
 

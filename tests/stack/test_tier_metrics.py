@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from nvdaemon.model import TierSnapshot
 from nvdaemon.server.tier_metrics import tier_self_metrics
-from nvdaemon.tiers import TierSnapshot
 
 
 def test_last_tick_is_the_end_of_the_latest_snapshot_and_interval_per_tier() -> None:

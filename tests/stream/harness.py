@@ -18,7 +18,7 @@ import trio_websocket
 from nvdaemon.app import Agent
 from nvdaemon.configload import parse_config
 from nvdaemon.model import Event, Phase, new_event_id
-from nvdaemon.sinks.stream import StreamHub
+from nvdaemon.sinks.stream.hub import StreamHub
 from nvdaemon.supervise import Supervisor
 
 

@@ -12,7 +12,8 @@ import pytest
 import trio
 from wsproto.frame_protocol import FrameProtocol
 
-from nvdaemon.sinks import cloudevent, stream
+from nvdaemon.sinks import cloudevent
+from nvdaemon.sinks.stream import hub as stream
 from tests.stream.harness import make_event, receive, running
 
 CLIENTS = 5

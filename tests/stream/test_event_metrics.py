@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nvdaemon.gpu.events import xid_event
 from nvdaemon.nvml import GpuIdentity, XidNotice
-from nvdaemon.sinks.webhook import WebhookEndpoint
+from nvdaemon.sinks.webhook.endpoint import WebhookEndpoint
 from tests.stream.harness import free_port, make_event, running
 
 EVENT_LABELS = {"node", "tier", "device", "condition", "severity", "phase", "xid"}

@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from nvdaemon.server import stream_routes
-from nvdaemon.sinks.stream import Frame
+from nvdaemon.sinks.stream.hub import Frame
 
 
 class SlowPeer:

@@ -22,7 +22,7 @@ import trio
 
 from nvdaemon.model import Phase
 from nvdaemon.sinks.cloudevent import encode
-from nvdaemon.sinks.stream import CLOSE_TRY_AGAIN_LATER
+from nvdaemon.sinks.stream.hub import CLOSE_TRY_AGAIN_LATER
 from nvdaemon.tail import Options, Tail, format_line
 from tests.polling import until
 from tests.stream.harness import free_port, make_event, running

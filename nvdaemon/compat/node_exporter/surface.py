@@ -16,22 +16,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, NotPresent
 from nvdaemon.compat.node_exporter.context import NodeCollector, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, merge, render
 from nvdaemon.compat.node_exporter.options import enabled_collectors
 from nvdaemon.supervise import describe
-from nvdaemon.tiers import CollectorRunner, collect_tier
 
 if TYPE_CHECKING:
     from nvdaemon.config import Config, NodeExporterConfig
-    from nvdaemon.tiers import TierSnapshot
+    from nvdaemon.model import TierSnapshot
 
 log = logging.getLogger(__name__)
 PREFIX = "node_exporter."
-ONCE_TIMEOUT = 30.0  # collect_once: a fixture read never takes this long; a hang fails the test, not hangs it
 TEXTFILE = "textfile"
 _SCRAPE_ERROR = "node_textfile_scrape_error"
 _TEXTFILE_OWN = {_SCRAPE_ERROR, "node_textfile_mtime_seconds"}  # the textfile collector's own families
@@ -156,15 +152,3 @@ def render_node_exporter(core: TierSnapshot | None, *, enabled: bool) -> bytes:
     if not enabled or core is None:
         return b""
     return render(surface_families(core))
-
-
-def collect_once(
-    roots: HostRoots, options: NodeExporterConfig, table: Mapping[str, Callable[[], NodeCollector]], names: list[str]
-) -> bytes:
-    """Run the named collectors through one tier cycle, as the agent does, and render them (oracle tests)."""
-    collectors = [NodeExporterCollector(name, table[name]()) for name in names if name in table]
-    for c in collectors:
-        c.options = options
-    runners = [CollectorRunner(c, trio.CapacityLimiter(1)) for c in collectors]
-    snap = trio.run(collect_tier, "core", runners, roots, ONCE_TIMEOUT)
-    return render(surface_families(snap))

@@ -43,7 +43,7 @@ from nvdaemon.shutdown import bounded_shield
 from nvdaemon.sinks.base import BusSubscriber, ObservableDefaults, Sink, SinkContext
 from nvdaemon.sinks.cloudevent import encode
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("nvdaemon.sinks.stream")  # the sink's name in log lines, as before it was a package
 
 CLOSE_GOING_AWAY = 1001
 CLOSE_POLICY = 1008

@@ -1,5 +1,5 @@
 """The platform-connector's socket as NVSentinel's sink sees it: what is at its path (``socket_state``, stat'ed
-before every send by ``nvsentinel_wire.GrpcPublisher``), and the streaks of sends skipped while it is unusable, logged
+before every send by ``wire.GrpcPublisher``), and the streaks of sends skipped while it is unusable, logged
 once when a streak starts and once when it ends (``SocketStreak``). How the log lines name a change (``describe``).
 """
 
@@ -12,7 +12,7 @@ import stat
 import time
 from collections.abc import Iterator
 
-from nvdaemon.sinks.nvsentinel_map import Change
+from nvdaemon.sinks.nvsentinel.map import Change
 
 
 class SocketMissing(Exception):
@@ -37,7 +37,7 @@ _KINDS = {
 
 def socket_state(path: str) -> str | None:
     """None when ``path`` can be connected to (a socket, or a stat error other than ENOENT: see
-    ``nvsentinel_wire.GrpcPublisher.present``); else ``MISSING`` (nothing there, a dangling symlink included) or
+    ``wire.GrpcPublisher.present``); else ``MISSING`` (nothing there, a dangling symlink included) or
     ``not a socket: <kind>``."""
     try:
         mode = os.stat(path).st_mode

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from nvdaemon.sinks.nvsentinel_map import Change, Key
+from nvdaemon.sinks.nvsentinel.map import Change, Key
 
 MAX_HOLD_SECONDS = 60.0
 

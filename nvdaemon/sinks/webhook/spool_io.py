@@ -34,7 +34,7 @@ from typing import ClassVar, Concatenate, ParamSpec, TypeVar
 
 import trio
 
-from nvdaemon.sinks.spool import FILE, SpoolDB, held_ids
+from nvdaemon.sinks.webhook.spool import FILE, SpoolDB, held_ids
 from nvdaemon.statefile import quarantine_db
 
 log = logging.getLogger(__name__)

@@ -1,9 +1,9 @@
 """NVSentinel's reconciler: keeps the platform-connector's view of this node equal to ours (DESIGN §7, §8).
 
 *Desired* health per (checkName, entities, errorCode) comes from the engine's active conditions, the XIDs raised
-since boot and the GPUs lost (``nvsentinel_map``); *reported* health is what the platform-connector acknowledged,
-persisted in ``stateDir/nvsentinel.json`` (``nvsentinel_state``). Each difference is published, one HealthEvent per
-call (``nvsentinel_wire``), and *reported* advances (and is written) only after the call returned OK.
+since boot and the GPUs lost (``map``); *reported* health is what the platform-connector acknowledged,
+persisted in ``stateDir/nvsentinel.json`` (``state``). Each difference is published, one HealthEvent per
+call (``wire``), and *reported* advances (and is written) only after the call returned OK.
 
 - A missing socket, or a file at its path that is not a socket, skips the send (counted), no retry, nothing
   advanced; the next tick sends again with a fresh ``generatedTimestamp``. Such a streak is logged once when it
@@ -12,7 +12,7 @@ call (``nvsentinel_wire``), and *reported* advances (and is written) only after 
   (``socketState``, ``lastError``).
 - Retries (``maxAttempts``, ``retryInitialSeconds`` x ``retryMultiplier``, +-``retryJitter``) only on what
   ``classify`` calls retryable; any other answer is a rejection: counted, not retried now, tried again on a later
-  tick (the difference is still there). Later ticks back off (``nvsentinel_hold``): a difference rejected twice in a
+  tick (the difference is still there). Later ticks back off (``hold``): a difference rejected twice in a
   row, or every send once a pass spent its retries, waits a growing delay (at most a minute) before it is sent again.
 - Healthy baseline: the first time a configured check is seen, a healthy event with no entities clears whatever an
   earlier install left on the node for it.
@@ -45,8 +45,8 @@ from nvdaemon.config import NvsentinelSink, Rule
 from nvdaemon.engine import ActiveCondition
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.model import Event, Phase, new_event_id
-from nvdaemon.sinks.nvsentinel_hold import Holds
-from nvdaemon.sinks.nvsentinel_map import (
+from nvdaemon.sinks.nvsentinel.hold import Holds
+from nvdaemon.sinks.nvsentinel.map import (
     LOST_CONDITION,
     XID_CONDITION,
     Change,
@@ -64,9 +64,9 @@ from nvdaemon.sinks.nvsentinel_map import (
     xid_check,
     xid_health,
 )
-from nvdaemon.sinks.nvsentinel_socket import SocketMissing, SocketStreak, describe, fatal
-from nvdaemon.sinks.nvsentinel_state import Persisted, lost_record, read_boot_id, xid_record
-from nvdaemon.sinks.nvsentinel_wire import GrpcPublisher, Publisher, RpcError, SendError, TokenError, classify, to_proto
+from nvdaemon.sinks.nvsentinel.socket import SocketMissing, SocketStreak, describe, fatal
+from nvdaemon.sinks.nvsentinel.state import Persisted, lost_record, read_boot_id, xid_record
+from nvdaemon.sinks.nvsentinel.wire import GrpcPublisher, Publisher, RpcError, SendError, TokenError, classify, to_proto
 from nvdaemon.statefile import atomic_write, quarantine
 
 log = logging.getLogger("nvdaemon.sinks.nvsentinel")  # the sink's logger: one name for all its lines
@@ -358,6 +358,10 @@ class Reconciler:
         left = self.plan(desired, checks)
         self.holds.keep_only(left)
         pending = len(left)
+        if not pending:
+            release = getattr(self.publisher, "release", None)  # a test's stand-in publisher may have none
+            if release is not None:
+                release()  # nothing more to send: no idle channel (wire.GrpcPublisher.release)
         if pending != self.pending:
             self.pending = pending
             self.version += 1

@@ -11,7 +11,7 @@ import msgspec
 
 from nvdaemon.model import Event
 from nvdaemon.sinks import spool_clock
-from nvdaemon.sinks.nvsentinel_map import Health, LostGpu, XidRecord, pods_text
+from nvdaemon.sinks.nvsentinel.map import Health, LostGpu, XidRecord, pods_text
 
 STATE_FILE = "nvsentinel.json"
 BOOT_ID = Path("sys/kernel/random/boot_id")  # under procRoot

@@ -3,7 +3,7 @@
 Sends one ``POST`` to the endpoint's URL: the event encoded by ``nvdaemon.sinks.cloudevent`` in the endpoint's mode
 (binary or structured), the configured ``headers`` under the protocol's own, and the ``webhook-id``,
 ``webhook-timestamp`` (wall-clock seconds) and ``webhook-signature`` headers (one signature per configured key, none
-for an unsigned endpoint: ``nvdaemon.sinks.signing``). Redirects are not followed. The whole exchange, status,
+for an unsigned endpoint: ``nvdaemon.sinks.webhook.signing``). Redirects are not followed. The whole exchange, status,
 headers and body, is bounded by twice ``timeoutSeconds`` (httpx's own timeouts are per phase).
 
 Of the answer only the status, and on a retry the ``Retry-After`` header, are used. Its body is read only so the
@@ -14,7 +14,7 @@ closed: the next request opens a fresh one.
 
 Outcomes (``post_event``): ``success`` (2xx), ``gone`` (410), ``retryable`` (408, 429, 5xx; with the ``Retry-After``
 delay, capped at an hour), ``rejected`` (any other status), ``timeout`` and ``connection_error``. What each one does to
-the event (retry, dead letter, disabling the endpoint) is ``nvdaemon.sinks.webhook``'s to decide.
+the event (retry, dead letter, disabling the endpoint) is ``nvdaemon.sinks.webhook.endpoint``'s to decide.
 
 Errors never carry the URL's credentials: a transport error's text has the URL redacted (``webhook_url.redact``).
 """
@@ -32,8 +32,10 @@ import trio
 
 from nvdaemon.config import WebhookSink
 from nvdaemon.model import Event
-from nvdaemon.sinks import cloudevent, signing, webhook_url
-from nvdaemon.sinks.webhook_config import read_secret_file
+from nvdaemon.sinks import cloudevent
+from nvdaemon.sinks.webhook import signing
+from nvdaemon.sinks.webhook import url as webhook_url
+from nvdaemon.sinks.webhook.config import read_secret_file
 
 # httpx logs every request with its full URL at INFO; a URL may carry credentials.
 logging.getLogger("httpx").setLevel(logging.WARNING)

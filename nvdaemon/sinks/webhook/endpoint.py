@@ -1,12 +1,12 @@
 """Webhook delivery: one sink per ``sinks.webhook[]`` endpoint, each with two tasks.
 
-- *ingest* (``nvdaemon.sinks.spool_writer``) takes what the bus channel holds, commits it to the spool
+- *ingest* (``nvdaemon.sinks.webhook.spool_writer``) takes what the bus channel holds, commits it to the spool
   (``synchronous=FULL``) and only then forgets it; a write the stateDir refuses (full, read-only) keeps the events in
   a bounded memory buffer and is retried; on shutdown it drains the channel into the spool under a shielded
   two-second deadline, and what is still only in memory when the endpoint is closed (the agent stopping, a reload
   removing it) is dropped and counted (``unspooled_at_stop``). A reload that replaces the endpoint (a setting of it
   changed) hands that memory, what its channel still holds and its counters to the new endpoint (``take_over``);
-- *sender* reads the endpoint's oldest pending spooled event and POSTs it (``nvdaemon.sinks.webhook_http``: the
+- *sender* reads the endpoint's oldest pending spooled event and POSTs it (``nvdaemon.sinks.webhook.http``: the
   request, what is read of the answer, its outcome): one request in flight, so a later event never overtakes an
   earlier one; one keep-alive ``httpx.AsyncClient``. A spool write it needs (forgetting a delivered event, counting an
   attempt) that the stateDir refuses is retried before anything else is sent.
@@ -19,7 +19,7 @@ then a dead letter (``rejected``). Dead letters stay in the spool (``nvdaemon sp
 
 Storage: while the spool cannot be written the endpoint's state is ``degraded`` (``storageError`` says why, and the
 supervised task's ``lastError`` in the status document), ``nodevitals_sink_state_writable{sink}`` is 0. A damaged
-spool is moved aside (``nvdaemon.sinks.spool_io``) and delivery goes on with a fresh one; its pending events are
+spool is moved aside (``nvdaemon.sinks.webhook.spool_io``) and delivery goes on with a fresh one; its pending events are
 counted as dropped (``spool_corrupt``) when they can be read, and the quarantine is counted either way; the event
 whose request was out meanwhile is delivered on a 2xx, else dropped then, never both. Every drop is
 counted by reason (``dropped``, ``nodevitals_webhook_dropped_total{sink,reason}``) and logged with its event ids.
@@ -47,16 +47,17 @@ from nvdaemon.bus import EventBus
 from nvdaemon.config import SpoolConfig, WebhookSink
 from nvdaemon.exposition import Metric
 from nvdaemon.shutdown import bounded_shield
-from nvdaemon.sinks import signing, webhook_url
 from nvdaemon.sinks.base import BusSubscriber, CommitTracker, Sink, SinkContext
-from nvdaemon.sinks.spool import Row, SpoolDB
 from nvdaemon.sinks.spool_clock import SteadyClock, system_clock
-from nvdaemon.sinks.spool_io import Spool, SpoolCorrupt, SpoolError, SpoolUnwritable
-from nvdaemon.sinks.spool_writer import BUFFER_EVENTS, RETRY_MAX_SECONDS, UNWRITABLE, SpoolWriter, StorageHealth
-from nvdaemon.sinks.webhook_http import load_keys, open_client, post_event
-from nvdaemon.sinks.webhook_metrics import Histogram, Ledger, endpoint_metrics, endpoint_state
+from nvdaemon.sinks.webhook import signing
+from nvdaemon.sinks.webhook import url as webhook_url
+from nvdaemon.sinks.webhook.http import load_keys, open_client, post_event
+from nvdaemon.sinks.webhook.metrics import Histogram, Ledger, endpoint_metrics, endpoint_state
+from nvdaemon.sinks.webhook.spool import Row, SpoolDB
+from nvdaemon.sinks.webhook.spool_io import Spool, SpoolCorrupt, SpoolError, SpoolUnwritable
+from nvdaemon.sinks.webhook.spool_writer import BUFFER_EVENTS, RETRY_MAX_SECONDS, UNWRITABLE, SpoolWriter, StorageHealth
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("nvdaemon.sinks.webhook")  # the sink's name in log lines, as before it was a package
 
 T = TypeVar("T")
 P = ParamSpec("P")

@@ -14,12 +14,12 @@ Overflow order when a share is over a bound: dead letters first (oldest first), 
 severity (info, then warning, then critical), oldest first within a severity. ``add`` returns the dropped events'
 ids by reason, ``spool_full_events`` or ``spool_full_bytes``, for the caller to count and log.
 
-``SpoolDB`` is synchronous (the CLI uses it directly). ``nvdaemon.sinks.spool_io.Spool`` wraps it for trio (worker
+``SpoolDB`` is synchronous (the CLI uses it directly). ``spool_io.Spool`` wraps it for trio (worker
 threads, one at a time), turns a full or read-only stateDir into ``SpoolUnwritable`` and moves a damaged file aside.
 Rows are addressed by ``(seq, event_id)``: after a damaged spool was replaced by a fresh one, a seq held from the old
 file can never touch another event in the new one.
 
-The tables, their rows and the migration of older files are in ``nvdaemon.sinks.spool_schema``. Each row is stamped
+The tables, their rows and the migration of older files are in ``spool_schema``. Each row is stamped
 on the wall clock (shown to people) and on a clock that does not step (``nvdaemon.sinks.spool_clock``), which is
 what its age is measured on.
 """
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nvdaemon.sinks.spool_clock import system_clock
-from nvdaemon.sinks.spool_schema import COLUMNS, LEGACY_COLUMNS, SCHEMA, Row, migrate, try_migrate
+from nvdaemon.sinks.webhook.spool_schema import COLUMNS, LEGACY_COLUMNS, SCHEMA, Row, migrate, try_migrate
 from nvdaemon.sqlitetx import transaction
 from nvdaemon.statefile import ensure_dir
 

@@ -37,9 +37,9 @@ from nvdaemon.backoff import EQUAL, backoff
 from nvdaemon.config import SpoolConfig
 from nvdaemon.model import Event, Severity
 from nvdaemon.shutdown import bounded_shield
-from nvdaemon.sinks.spool import SpoolDB
 from nvdaemon.sinks.spool_clock import SteadyClock, system_clock
-from nvdaemon.sinks.spool_io import SpoolCorrupt, SpoolUnwritable
+from nvdaemon.sinks.webhook.spool import SpoolDB
+from nvdaemon.sinks.webhook.spool_io import SpoolCorrupt, SpoolUnwritable
 
 log = logging.getLogger(__name__)
 

@@ -21,12 +21,14 @@ import msgspec
 
 from nvdaemon.config import LoadedConfig
 from nvdaemon.model import Event, Phase, Severity, new_event_id
-from nvdaemon.sinks import cloudevent, signing, webhook_url
+from nvdaemon.sinks import cloudevent
+from nvdaemon.sinks.webhook import signing
+from nvdaemon.sinks.webhook import url as webhook_url
 
 # The spool (sqlite3) and httpx are imported where a command uses them: `nvdaemon run` builds this module's parsers,
 # and an agent without a webhook or history never loads either.
 if TYPE_CHECKING:
-    from nvdaemon.sinks.spool import SpoolDB
+    from nvdaemon.sinks.webhook.spool import SpoolDB
 
 
 class SpoolUnusable(Exception):
@@ -34,7 +36,7 @@ class SpoolUnusable(Exception):
 
 
 def _open(loaded: LoadedConfig) -> SpoolDB | None:
-    from nvdaemon.sinks.spool import FILE, SpoolDB
+    from nvdaemon.sinks.webhook.spool import FILE, SpoolDB
 
     path = loaded.state_dir / FILE
     if not path.exists():
@@ -48,8 +50,8 @@ def _unusable(loaded: LoadedConfig) -> Iterator[None]:
     """Turn what a damaged or unreadable spool raises into ``SpoolUnusable`` with one clear line."""
     import sqlite3
 
-    from nvdaemon.sinks.spool import FILE
-    from nvdaemon.sinks.spool_io import classify, reason
+    from nvdaemon.sinks.webhook.spool import FILE
+    from nvdaemon.sinks.webhook.spool_io import classify, reason
 
     path = loaded.state_dir / FILE
     try:
@@ -76,8 +78,8 @@ def spool_command(loaded: LoadedConfig, command: Callable[[LoadedConfig], int]) 
 
 
 def spool_list(loaded: LoadedConfig) -> int:
-    from nvdaemon.sinks.spool import DEAD
     from nvdaemon.sinks.spool_clock import system_clock
+    from nvdaemon.sinks.webhook.spool import DEAD
 
     db = _open(loaded)
     if db is None:

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from nvdaemon.sinks import webhook_url
+from nvdaemon.sinks.webhook import url as webhook_url
 
 if TYPE_CHECKING:
     from nvdaemon.config import WebhookSink
-    from nvdaemon.sinks.spool_io import Quarantine
-    from nvdaemon.sinks.spool_writer import SpoolWriter, StorageHealth
+    from nvdaemon.sinks.webhook.spool_io import Quarantine
+    from nvdaemon.sinks.webhook.spool_writer import SpoolWriter, StorageHealth
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Ledger:
 
 
 class Endpoint(Protocol):
-    """What the status entry and the series read of an endpoint (``nvdaemon.sinks.webhook.WebhookEndpoint``, which
+    """What the status entry and the series read of an endpoint (``endpoint.WebhookEndpoint``, which
     imports this module: the shape is declared here so that this module needs nothing of the endpoint's)."""
 
     name: str

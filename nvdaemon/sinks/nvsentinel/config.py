@@ -1,6 +1,6 @@
 """Config checks of the NVSentinel settings that a type cannot express, run on the raw tree by ``configload``.
 
-Kept apart from ``nvsentinel_map`` so that loading a config does not import the sink's mapping (and through it the
+Kept apart from ``map`` so that loading a config does not import the sink's mapping (and through it the
 engine and the GPU package). Like every validator it may import ``config``; ``config`` never imports it.
 """
 

@@ -1,6 +1,6 @@
 """The NVSentinel health-monitor sink (``sinks.nvsentinel``): on every bus event and every ``intervalSeconds`` tick,
-the reconciler (``nvsentinel_reconciler``) publishes the difference between desired and reported health to the
-platform-connector (``nvsentinel_wire``) and saves what was acknowledged (``nvsentinel_state``).
+the reconciler (``reconciler``) publishes the difference between desired and reported health to the
+platform-connector (``wire``) and saves what was acknowledged (``state``).
 
 A sink replaced by a reload hands its send counters, the XIDs and lost GPUs it knew of and the events still in its
 channel to its successor (``take_over``), which adds them to what it loads from its state file.
@@ -19,10 +19,10 @@ from nvdaemon.engine import rule_key
 from nvdaemon.exposition import Metric
 from nvdaemon.model import Event
 from nvdaemon.sinks.base import BusSubscriber, ObservableDefaults, Sink, SinkContext
-from nvdaemon.sinks.nvsentinel_map import CheckSpec, Health, Key
-from nvdaemon.sinks.nvsentinel_reconciler import Reconciler
-from nvdaemon.sinks.nvsentinel_state import BOOT_ID, STATE_FILE, lost_record, xid_record
-from nvdaemon.sinks.nvsentinel_wire import GrpcPublisher, bearer_token, classify, to_proto
+from nvdaemon.sinks.nvsentinel.map import CheckSpec, Health, Key
+from nvdaemon.sinks.nvsentinel.reconciler import Reconciler
+from nvdaemon.sinks.nvsentinel.state import BOOT_ID, STATE_FILE, lost_record, xid_record
+from nvdaemon.sinks.nvsentinel.wire import GrpcPublisher, bearer_token, classify, to_proto
 
 if TYPE_CHECKING:
     from nvdaemon.config import Rule

@@ -10,7 +10,8 @@ import re
 from typing import Any
 
 from nvdaemon.configcheck import ConfigIssue, path_problem
-from nvdaemon.sinks import signing, webhook_url
+from nvdaemon.sinks.webhook import signing
+from nvdaemon.sinks.webhook import url as webhook_url
 
 MAX_SECRET_FILE_BYTES = 64 * 1024  # a few secrets of well under 1 KiB each; a larger file is a mistake, not keys
 
