@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -21,7 +21,29 @@ from bench.common import rss_kib
 from bench.soak.verdict import Check
 
 if TYPE_CHECKING:
-    from bench.soak.runner import Soak
+    import httpx
+
+    from bench.soak.verdict import Run
+
+
+class Soak(Protocol):
+    """What the storm uses of the soak (``bench.soak.runner.Soak``): its lock, the agent's current run, its HTTP
+    port, the webhook timeout it writes into the config, and the event burst."""
+
+    lock: trio.Lock
+    webhook_timeout: float
+
+    @property
+    def run(self) -> Run: ...
+
+    async def get(self, path: str) -> httpx.Response | None: ...
+
+    async def status(self) -> dict[str, Any] | None: ...
+
+    def burst(self) -> None: ...
+
+    def write_config(self) -> None: ...
+
 
 STORM_SIGHUPS = 200
 STORM_SECONDS = 10.0

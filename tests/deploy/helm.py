@@ -145,3 +145,14 @@ def notes(tmp_path: Path, values: dict[str, Any], release: str = RELEASE) -> str
     assert proc.returncode == 0, proc.stderr
     text: str = yaml.safe_load(proc.stdout)["data"]["notes"]
     return text
+
+
+def assert_valid_kubernetes(doc: Doc, label: str) -> None:
+    """``doc`` passes kubernetes-validate's strict schema of KUBERNETES_VERSION (CRDs such as the ServiceMonitor and
+    PrometheusRule are not in its bundled schemas: the caller leaves them out)."""
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        pytest.fail(f"{label}: {doc['kind']}/{doc['metadata']['name']}: {exc.message} at {list(exc.path)}")

@@ -69,10 +69,7 @@ def test_every_manifest_is_valid_kubernetes(case: str) -> None:
         if doc["kind"] in MONITORING_KINDS:
             assert doc["apiVersion"] == "monitoring.coreos.com/v1", name
             continue
-        try:
-            kubernetes_validate.validate(doc, helm.KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{name}: {exc.message} at {list(exc.path)}")
+        helm.assert_valid_kubernetes(doc, case)
 
 
 def test_the_validator_rejects_what_it_should() -> None:

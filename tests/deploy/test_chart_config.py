@@ -192,7 +192,7 @@ SECTIONS: list[tuple[tuple[str, ...], type[msgspec.Struct], set[str]]] = [
     (
         ("properties", "nvsentinel"),
         agent_config.NvsentinelSink,
-        {"socketHostPath", "socketName", "tokenAudience", "tokenExpirationSeconds"},
+        {"socketHostPath", "socketName", "tokenAudience", "tokenExpirationSeconds", "resources"},
     ),
     (("properties", "nodeExporter"), agent_config.NodeExporterConfig, {"mountRootFS", "mountUdev", "mountSystemd"}),
     (("properties", "nodeExporter", "properties", "diskstats"), agent_config.NodeDiskstatsOptions, set()),

@@ -18,7 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
@@ -112,12 +111,8 @@ def test_the_pods_read_their_secrets_under_the_go_keys(release: str, go_names: b
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_go_named_manifests_are_valid_kubernetes(variant: str, release: str, go_names: bool | None) -> None:
     for doc in rendered(VARIANTS[variant], release, go_names).docs:
-        if doc["kind"] == "ServiceMonitor":  # a CRD: not in kubernetes-validate's bundled schemas
-            continue
-        try:
-            kubernetes_validate.validate(doc, helm.KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{variant}: {doc['kind']}/{doc['metadata']['name']}: {exc.message} at {list(exc.path)}")
+        if doc["kind"] != "ServiceMonitor":  # a CRD: not in kubernetes-validate's bundled schemas
+            helm.assert_valid_kubernetes(doc, variant)
 
 
 def test_the_go_quickstart_unchanged_gives_the_go_readmes_daemonset() -> None:
