@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -67,9 +68,15 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check the file only, not this host (listen address, token files): for a config of another machine",
     )
-    state = sub.add_parser("state", help="print a running agent's status document (/v1/status)")
+    state = sub.add_parser(
+        "state",
+        help="summarize a running agent's status (/v1/status): readiness, tiers, conditions, sinks, recent events",
+        description="Exit 0 when the agent answered (a NOT READY agent included: /readyz is the readiness check), "
+        "1 when it could not be reached or read.",
+    )
     state.add_argument("url", nargs="?", default=DEFAULT_URL)
     state.add_argument("--token-file", help="file holding the API bearer token")
+    state.add_argument("--json", action="store_true", help="print the whole /v1/status document as JSON instead")
     webhook_cli.add_parsers(sub)  # spool list|retry, webhook test
     tail.add_parser(sub, DEFAULT_URL)
     return p
@@ -182,6 +189,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _state(args: argparse.Namespace) -> int:
+    """``nvdaemon state``: GET ``URL/v1/status`` and print its summary (``nvdaemon.state_summary``), or with
+    ``--json`` the document itself (indented, keys sorted). 0 once the agent answered, ready or not; 1 otherwise."""
     req = urllib.request.Request(args.url.rstrip("/") + "/v1/status")
     if args.token_file:
         try:
@@ -199,8 +208,14 @@ def _state(args: argparse.Namespace) -> int:
     except (urllib.error.URLError, OSError, ValueError) as exc:  # ValueError: not JSON (not an nvdaemon there)
         print(f"nvdaemon state: {args.url}: {exc}", file=sys.stderr)
         return 1
-    json.dump(doc, sys.stdout, indent=2, sort_keys=True)
-    print()
+    if args.json:
+        json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    from nvdaemon.state_summary import summarize  # this command's only: the agent never loads it
+
+    # Ages are counted on this machine's clock: behind a port-forward, a skewed clock shifts them by the skew.
+    sys.stdout.write(summarize(doc, time.time()))
     return 0
 
 

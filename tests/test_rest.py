@@ -216,7 +216,8 @@ def test_status_document_for_nvdaemon_state_behind_the_token(agent: Agent) -> No
         assert get(agent, path, token=None)[0] == 401
         assert get(agent, path, token="wrong")[0] == 401
     wait_for(lambda: json.loads(get(agent, "/v1/status")[1])["conditions"], "load_high ENTER")
-    cmd = [sys.executable, "-m", "nvdaemon", "state", agent.base, "--token-file", str(agent.config.parent / "token")]
+    token_file = str(agent.config.parent / "token")
+    cmd = [sys.executable, "-m", "nvdaemon", "state", agent.base, "--json", "--token-file", token_file]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
