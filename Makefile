@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-busy test-deps lint bench soak clean proto lock sbom audit helm
+.PHONY: run test test-busy test-deps lint bench soak clean proto lock sbom audit helm docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,8 @@ test-deps: $(STAMP)
 	@scripts/ensure-test-deps
 
 lint: $(STAMP)
-	$(BIN)/ruff check nvdaemon tests bench
-	$(BIN)/ruff format --check nvdaemon tests bench
+	$(BIN)/ruff check nvdaemon tests bench docsgen
+	$(BIN)/ruff format --check nvdaemon tests bench docsgen
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
@@ -61,6 +61,12 @@ proto: $(STAMP)
 		nvdaemon/proto/health_event.proto
 	$(BIN)/python -m grpc_tools.protoc -Invdaemon/proto=protos --python_out=. --pyi_out=. --grpc_python_out=. \
 		nvdaemon/proto/podresources.proto
+
+# The generated reference pages: docs/config.md from the config schema (nvdaemon/config.py), docs/metrics.md from
+# the metric catalogue and the /metrics of an agent on the fixture hosts (docsgen/). tests/test_docs_generated.py
+# fails when the committed pages differ from what the code generates.
+docs: $(STAMP)
+	$(BIN)/python -m docsgen
 
 # Supply chain (SECURITY.md). `make lock` regenerates the hash-locked runtime and build sets the Dockerfile installs
 # from; run it after changing [project].dependencies or [build-system].requires (tests/deploy/test_lock.py checks they

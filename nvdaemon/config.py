@@ -86,13 +86,13 @@ class RuleNvsentinel(_Section):
 class Rule(_Section):
     """One threshold rule; its state is tracked per full series (metric, device, labels)."""
 
-    metric: str
-    condition: str
-    threshold: float
+    metric: str  # internal metric name (no nodevitals_hw_ prefix): nvdaemon/catalogue.py
+    condition: str  # the condition's name in events and /v1/conditions (letters, digits and _)
+    threshold: float  # compared with the sample's value (or its rate) by op
     device: str = ""  # exact name or glob; "" = every device, each tracked on its own
     labels: dict[str, str] = msgspec.field(default_factory=dict)  # subset match on the sample's labels
-    severity: Literal["info", "warning", "critical"] = "warning"
-    op: Literal[">", ">=", "<", "<="] = ">"
+    severity: Literal["info", "warning", "critical"] = "warning"  # carried by the condition's events
+    op: Literal[">", ">=", "<", "<="] = ">"  # breaching: value op threshold
     enter_for: Count = 1  # consecutive breaching samples before ENTER
     exit_for: Count = 1  # consecutive clear samples before EXIT
     rate: bool = False  # compare the per-second increase of a counter instead of its value
@@ -100,9 +100,11 @@ class Rule(_Section):
 
 
 class ServerConfig(_Section):
+    """The HTTP server on sinks.metrics.listenAddr: /metrics, /healthz, /readyz, /v1/* and the event stream."""
+
     api_token_file: FilePath = ""  # bearer token guarding /v1/*; /metrics, /healthz, /readyz stay open
-    max_request_bytes: Annotated[int, msgspec.Meta(ge=1, le=16 << 20)] = 65536
-    header_timeout_seconds: Timeout = 10.0
+    max_request_bytes: Annotated[int, msgspec.Meta(ge=1, le=16 << 20)] = 65536  # larger request bodies get 413
+    header_timeout_seconds: Timeout = 10.0  # each request head must be complete within this long
     idle_timeout_seconds: Timeout = 10.0  # a keep-alive connection with no request in progress is closed after it
     # Served at once; above it only /healthz and /readyz are answered (503 otherwise).
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1024
@@ -110,68 +112,86 @@ class ServerConfig(_Section):
 
 
 class SmartConfig(_Section):
+    """The smart tier: smartctl --all per whole disk, through pySMART."""
+
     smartctl_path: RequiredPath = "smartctl"  # a command name is looked up on PATH
-    devices: list[RequiredPath] = msgspec.field(default_factory=list)
-    interval_seconds: SmartInterval = 300.0
+    devices: list[RequiredPath] = msgspec.field(default_factory=list)  # [] = every whole disk under devRoot
+    interval_seconds: SmartInterval = 300.0  # the smart tier's tick
     timeout_seconds: Timeout = 30.0  # per smartctl run; the process (group) is killed after it
     max_concurrent: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4  # smartctl processes at once (not 24 on a JBOD)
 
 
 class GpuConfig(_Section):
-    xid: bool = True
+    """The gpu tier: NVML readings per GPU, and XID errors as events."""
+
+    xid: bool = True  # XID errors from NVML's event set become events
     backend: Literal["auto", "nvml", "fake"] = "auto"  # auto: the fake when fakeScenario is set, else NVML
     fake_scenario: FilePath = ""  # a recorded NVML scenario (fixtures/nvml/*.json): fixtures, tests, local runs only
 
 
 class SpoolConfig(_Section):
+    """The webhook spool (stateDir/spool.db): events kept until every endpoint has them, bounded."""
+
+    # Both bound each endpoint's share; over either, dead letters go first, then the lowest severity, oldest first.
     max_events: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 100_000
-    max_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 40)] = 268_435_456
+    max_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 40)] = 268_435_456  # bytes of spooled events
 
 
 class WebhookSink(_Section):
-    url: str
-    secret: str = ""
-    secrets: list[str] = msgspec.field(default_factory=list)
-    secret_file: FilePath = ""
-    mode: Literal["structured", "binary"] = "structured"
-    timeout_seconds: Timeout = 15.0
-    max_age_hours: Annotated[float, msgspec.Meta(gt=0, le=8760)] = 72.0
-    max_attempts: Attempts = 3
+    """One webhook endpoint: CloudEvents POSTed, signed, spooled and retried until delivered."""
+
+    url: str  # https://, or http:// to loopback (elsewhere only with allowInsecure)
+    secret: str = ""  # Standard Webhooks signing key; none of secret, secrets, secretFile: unsigned (warned)
+    secrets: list[str] = msgspec.field(default_factory=list)  # several keys, one signature each (rotation)
+    secret_file: FilePath = ""  # signing keys, one per line
+    mode: Literal["structured", "binary"] = "structured"  # the CloudEvents HTTP content mode
+    timeout_seconds: Timeout = 15.0  # per POST
+    max_age_hours: Annotated[float, msgspec.Meta(gt=0, le=8760)] = 72.0  # transient failures retried this long
+    max_attempts: Attempts = 3  # tries on a status other than 2xx, 408, 429, 5xx and 410, then a dead letter
+    # Extra static headers (not content-type, webhook-*, ce-*).
     headers: dict[str, str] = msgspec.field(default_factory=dict)
-    allow_insecure: bool = False
-    backoff_base_seconds: Retry = 1.0
-    backoff_max_seconds: Retry = 300.0
+    allow_insecure: bool = False  # permit plain http:// to a host that is not loopback
+    backoff_base_seconds: Retry = 1.0  # retry delays grow from this, up to backoffMaxSeconds
+    backoff_max_seconds: Retry = 300.0  # the largest retry delay
 
 
 class MetricsSink(_Section):
-    enabled: bool = True
-    listen_addr: str = DEFAULT_LISTEN
+    """The one HTTP listener: /metrics, /healthz, /readyz, /v1/* and the event stream."""
+
+    enabled: bool = True  # accepted; false is ignored with a note (the listener serves the probes and /v1/* too)
+    listen_addr: str = DEFAULT_LISTEN  # the one HTTP port: HOST:PORT, or :PORT for every interface
 
 
 class NvsentinelSink(_Section):
-    enabled: bool = False
-    socket_path: SocketPath = "/var/run/nvsentinel.sock"
+    """The agent as an NVSentinel health monitor: HealthEvents to the platform-connector's Unix socket."""
+
+    enabled: bool = False  # the sink runs
+    socket_path: SocketPath = "/var/run/nvsentinel.sock"  # the platform-connector's gRPC socket
     token_path: FilePath = "/var/run/secrets/nvsentinel/platform-connector/token"  # "": no authorization header
-    agent: str = "nvdaemon"
+    agent: str = "nvdaemon"  # the HealthEvent's agent and the monitor label of its metrics
     processing_strategy: ProcessingStrategyName = "EXECUTE_REMEDIATION"  # STORE_ONLY for an observe-only rollout
     healthy_baseline: bool = True  # a healthy event for every configured check the first time it is seen
     xid_actions: dict[str, RecommendedActionName] = msgspec.field(default_factory=dict)  # XID -> action overrides
-    call_timeout_seconds: Timeout = 5.0
+    call_timeout_seconds: Timeout = 5.0  # per gRPC call
     max_attempts: Attempts = 5  # per difference and tick, on UNAVAILABLE / DEADLINE_EXCEEDED / reset / broken pipe
-    retry_initial_seconds: Retry = 2.0
-    retry_multiplier: Annotated[float, msgspec.Meta(ge=1, le=10)] = 1.5
+    retry_initial_seconds: Retry = 2.0  # first retry delay
+    retry_multiplier: Annotated[float, msgspec.Meta(ge=1, le=10)] = 1.5  # each retry delay over the one before
     retry_jitter: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.1  # +-10 % of each delay
 
 
 class StreamSink(_Section):
-    enabled: bool = True
+    """The live event stream: the /v1/events websocket."""
+
+    enabled: bool = True  # /v1/events is served
     buffer_size: QueueSize = 1000  # ring buffer of recent events replayed on connect
     max_clients: QueueSize = 64  # more websocket clients get HTTP 503 before the upgrade
     client_queue: QueueSize = 256  # events a client may lag behind before it is closed with 1013
-    ping_seconds: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 20.0
+    ping_seconds: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 20.0  # websocket ping to each client
 
 
 class Sinks(_Section):
+    """Where events and metrics go."""
+
     webhook: list[WebhookSink] = msgspec.field(default_factory=list)
     metrics: MetricsSink = msgspec.field(default_factory=MetricsSink)
     nvsentinel: NvsentinelSink = msgspec.field(default_factory=NvsentinelSink)
@@ -179,23 +199,27 @@ class Sinks(_Section):
 
 
 class HistoryConfig(_Section):
-    enabled: bool = False
-    interval_minutes: Annotated[int, msgspec.Meta(ge=1, le=1440)] = 5
-    retention_days: Annotated[int, msgspec.Meta(ge=1, le=36_500)] = 1825
-    metrics: list[str] = msgspec.field(default_factory=list)
+    """Long-term history of allowlisted metrics, downsampled into a SQLite store (/v1/history)."""
+
+    enabled: bool = False  # history is kept
+    interval_minutes: Annotated[int, msgspec.Meta(ge=1, le=1440)] = 5  # one point per series per interval
+    retention_days: Annotated[int, msgspec.Meta(ge=1, le=36_500)] = 1825  # older points are deleted
+    metrics: list[str] = msgspec.field(default_factory=list)  # metric names kept; [] = the default allowlist
     data_dir: FilePath = ""  # the directory of the history database ("" = stateDir); the Go agent's key
 
 
 class Toggle(_Section):
-    enabled: bool = False
+    """A surface with nothing to set but on or off."""
+
+    enabled: bool = False  # the surface is on /metrics
 
 
 class DcgmCompatConfig(_Section):
     """The dcgm-exporter surface, and which pod holds each GPU (the kubelet's pod-resources API, gpu/podresources)."""
 
-    enabled: bool = False
+    enabled: bool = False  # dcgm-exporter's DCGM_FI_* families on /metrics (gpu tier)
     pod_attribution: bool = False  # container/namespace/pod labels on DCGM_FI_* and detail.pods on GPU events
-    pod_resources_socket: SocketPath = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    pod_resources_socket: SocketPath = "/var/lib/kubelet/pod-resources/kubelet.sock"  # the kubelet's API
     # Per List call; a slower kubelet turns attribution off that tick. Bounded like every timeout: gRPC turns a
     # deadline past ~1e10 s into one already expired, so every call would fail.
     pod_resources_timeout_seconds: Timeout = 5.0
@@ -211,30 +235,38 @@ NODE_FS_TYPES_EXCLUDE = (
 
 
 class NodeDiskstatsOptions(_Section):
+    """Which block devices the diskstats collector reports (regular expressions)."""
+
     device_include: str = ""  # when set, only matching devices (device_exclude is then ignored)
-    device_exclude: str = NODE_DISKSTATS_EXCLUDE
+    device_exclude: str = NODE_DISKSTATS_EXCLUDE  # node_exporter's default
 
 
 class NodeFilesystemOptions(_Section):
-    mount_points_exclude: str = NODE_MOUNT_POINTS_EXCLUDE
-    fs_types_exclude: str = NODE_FS_TYPES_EXCLUDE
+    """Which mounts the filesystem collector reports (regular expressions)."""
+
+    mount_points_exclude: str = NODE_MOUNT_POINTS_EXCLUDE  # node_exporter's default
+    fs_types_exclude: str = NODE_FS_TYPES_EXCLUDE  # node_exporter's default
     mount_timeout_seconds: Timeout = 5.0  # a statfs slower than this marks the mount stuck (device_error 1)
 
 
 class NodeNetdevOptions(_Section):
-    device_include: str = ""
-    device_exclude: str = ""
+    """Which interfaces the netdev collector reports (regular expressions)."""
+
+    device_include: str = ""  # when set, only matching interfaces
+    device_exclude: str = ""  # matching interfaces are left out
 
 
 class NodeHwmonOptions(_Section):
-    chip_include: str = ""
-    chip_exclude: str = ""
+    """Which hwmon chips the hwmon collector reports (regular expressions)."""
+
+    chip_include: str = ""  # when set, only matching chips
+    chip_exclude: str = ""  # matching chips are left out
 
 
 class NodeExporterConfig(_Section):
     """The node_exporter drop-in surface (``node_*`` families on /metrics)."""
 
-    enabled: bool = False
+    enabled: bool = False  # node_exporter's node_* families on /metrics (core tier)
     collectors: dict[str, bool] = msgspec.field(default_factory=dict)  # node_exporter name -> on/off over default
     textfile_directory: FilePath = ""  # *.prom files merged into /metrics ("" = the textfile collector reads nothing)
     textfile_dir: FilePath = ""  # the Go agent's name for textfileDirectory (both set: they must agree)
@@ -249,17 +281,23 @@ class NodeExporterConfig(_Section):
 
 
 class Config(_Section):
-    node: str = ""
+    """The top level of the config file."""
+
+    node: str = ""  # node label on every series and event; "" = $NODE_NAME, else the hostname
+    # The tiers run, in order; blanks and repeats dropped.
     tiers: list[TierName] = msgspec.field(default_factory=lambda: ["core"])
     tier: TierName | None = None  # legacy single-tier key of the Go agent
-    interval_seconds: Interval = 15.0
-    proc_root: RequiredPath = "/proc"
-    sys_root: RequiredPath = "/sys"
-    dev_root: RequiredPath = "/dev"
-    rootfs: RequiredPath = "/"
-    state_dir: FilePath = ""  # "" = the default (configload.default_state_dir)
+    interval_seconds: Interval = 15.0  # the core and gpu tiers' tick; <= 0 means 15, as in the Go agent
+    proc_root: RequiredPath = "/proc"  # host roots: --host-root DIR sets all four
+    sys_root: RequiredPath = "/sys"  # the host's sysfs
+    dev_root: RequiredPath = "/dev"  # the host's /dev (the smart tier's disks)
+    rootfs: RequiredPath = "/"  # the host's root filesystem (node_exporter's filesystem collector)
+    # Engine state, webhook spool, NVSentinel's reported health, history. "" = the default
+    # (configload.default_state_dir): /var/lib/nvdaemon as root, else $XDG_STATE_HOME/nvdaemon.
+    state_dir: FilePath = ""
     rules: list[Rule] = msgspec.field(default_factory=list)
-    shutdown_grace_seconds: Timeout = 10.0
+    shutdown_grace_seconds: Timeout = 10.0  # from SIGTERM to exit
+    # Per collector read; a read that hangs is abandoned and the collector skipped until it returns.
     collector_timeout_seconds: Timeout = 5.0
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     smart: SmartConfig = msgspec.field(default_factory=SmartConfig)
@@ -269,7 +307,7 @@ class Config(_Section):
     history: HistoryConfig = msgspec.field(default_factory=HistoryConfig)
     node_exporter: NodeExporterConfig = msgspec.field(default_factory=NodeExporterConfig)
     dcgm_compat: DcgmCompatConfig = msgspec.field(default_factory=DcgmCompatConfig)
-    smartctl_compat: Toggle = msgspec.field(default_factory=Toggle)
+    smartctl_compat: Toggle = msgspec.field(default_factory=Toggle)  # smartctl_exporter's smartctl_* families
 
 
 class ConfigError(Exception):

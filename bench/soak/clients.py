@@ -174,12 +174,24 @@ def close_code(data: bytes) -> str | None:
     return None
 
 
+ATTRIBUTION_SECONDS = 1.5  # how long a reader's own 1013 close may take to be seen after the agent counted it
+
+
 async def stall(
-    port: int, slow_count: Callable[[], Awaitable[float | None]], provoke: Callable[[], None], patience: float
+    port: int,
+    slow_count: Callable[[], Awaitable[float | None]],
+    provoke: Callable[[], None],
+    patience: float,
+    others_cut: Callable[[], int] = lambda: 0,
 ) -> StallEpisode:
     """One episode: connect, never read, provoke a burst of events and wait (up to ``patience``) until the agent
     counts this client as slow (1013) or drops it otherwise. Once it is counted, read the socket to its end at once:
-    the agent gives its close frame ``CLOSE_SEND_SECONDS`` (5 s) to go out, so the frame must be there."""
+    the agent gives its close frame ``CLOSE_SEND_SECONDS`` (5 s) to go out, so the frame must be there.
+
+    The agent's count is one for all its clients, and a slow reader can be cut (1013) meanwhile: ``others_cut`` is
+    how many 1013 closes the other clients have seen. A rise of the count that their closes account for, within
+    ATTRIBUTION_SECONDS, is theirs, not this client's (without this, a reader's cut under load was taken for this
+    client's, and its close frame then looked missing)."""
     episode = StallEpisode()
     before = await slow_count()
     if before is None:
@@ -188,6 +200,7 @@ async def stall(
     sock = await handshake(port)
     with sock:
         client_port = sock.getsockname()[1]
+        theirs = others_cut()
         provoke()
         with trio.move_on_after(patience):
             while True:
@@ -198,6 +211,13 @@ async def stall(
                     episode.agent_restarted = True
                     return episode
                 if now > before:
+                    for _ in range(round(ATTRIBUTION_SECONDS / 0.05)):
+                        if others_cut() - theirs >= now - before:
+                            break
+                        await trio.sleep(0.05)
+                    if others_cut() - theirs >= now - before:  # every new cut was another client's
+                        before, theirs = now, others_cut()
+                        continue
                     episode.kicked = True
                     episode.prompt = trio.current_time() - seen < 3
                     break

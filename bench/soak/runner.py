@@ -287,10 +287,14 @@ class Soak:
                 if waited.cancelled_caught:
                     self.reload_timeouts += 1
 
+    def readers_cut(self) -> int:
+        """The 1013 closes the reading clients have seen (the agent's slow-disconnect count includes them)."""
+        return sum(code == 1013 for reader in self.readers for code in reader.close_codes)
+
     async def stall_clients(self) -> None:
         while True:
             try:
-                episode = await stall(self.port, self.slow_count, self.burst, patience=30)
+                episode = await stall(self.port, self.slow_count, self.burst, patience=30, others_cut=self.readers_cut)
             except OSError:
                 await trio.sleep(0.5)
                 continue
