@@ -14,6 +14,9 @@ Each shape is ``nvdaemon run`` with the config the chart's ``nvdaemon.config`` t
   as bench/steady.py does), with the same webhook and history;
 - ``single``: singlePod with the core, smart and gpu tiers, webhook, history and NVSentinel (the test connector of
   tests/nvsentinel/connector.py on a Unix socket), dcgmCompat and smartctlCompat on;
+- ``core, node page open``: the core pod as above with the event stream on, while headless Chromium holds the node
+  page (``GET /``) open on it: the page's status reads, its websocket and its history plots (tests/browser's
+  harness; the row is left out, saying why, where Chromium is not installed);
 - ``core, 100,000 spooled``: the core pod whose webhook spool holds 100,000 events for an endpoint that is down
   (the spool bench/webhook.py fills).
 
@@ -101,9 +104,10 @@ def exercise(agent: AgentProcess, root: Path) -> None:
         conn.close()
 
 
-def measure(tiers: list[str], with_nvsentinel: bool = False) -> tuple[float, int]:
+def measure(tiers: list[str], with_nvsentinel: bool = False, page: bool = False) -> tuple[float, int]:
     """Peak RSS (MiB) of an agent running the shape's config through TICKS ticks, and the events its webhook
-    receiver got (so a run whose rules raised nothing shows it)."""
+    receiver got (so a run whose rules raised nothing shows it). ``page``: with the event stream on and the node
+    page open in headless Chromium from before the first tick to the end."""
     from tests.sinks.receiver import Receiver
 
     with contextlib.ExitStack() as stack:
@@ -127,8 +131,19 @@ def measure(tiers: list[str], with_nvsentinel: bool = False) -> tuple[float, int
                 "socketPath": str(socket),
                 "tokenPath": str(token),
             }
-        agent = stack.enter_context(AgentProcess(shape_config(tiers, tmp / "state", rx.url, nvsentinel), root))
+        config = shape_config(tiers, tmp / "state", rx.url, nvsentinel)
+        if page:
+            config["sinks"]["stream"] = {"enabled": True}
+        agent = stack.enter_context(AgentProcess(config, root))
+        if page:
+            from tests.browser.chromium import open_browser
+
+            browser = stack.enter_context(open_browser(1366, 900))
+            browser.get(f"http://127.0.0.1:{agent.port}/")
         exercise(agent, root)
+        if page:
+            opened = browser.execute_script("return [document.body.dataset.ws, document.body.dataset.statusLoads]")
+            assert opened[0] == "open" and int(opened[1] or 0) > 1, f"the page did not run: {opened}"
         return peak_rss_kib(agent.pid) / 1024, len(rx.ids())
 
 
@@ -161,10 +176,21 @@ SHAPES: list[tuple[str, str, Callable[[], tuple[float, int]], Target]] = [
 ]
 
 
+def page_shape() -> list[tuple[str, str, Callable[[], tuple[float, int]], Target]]:
+    """The node-page shape, where a browser can be opened here (else it says why and is left out)."""
+    from tests.browser.chromium import missing_browser
+
+    reason = missing_browser()
+    if reason is not None:
+        print(f"rss: no row for the node page: {reason}")
+        return []
+    return [("page", "core pod, webhook+history+stream, node page open", lambda: measure(["core"], page=True), TARGET)]
+
+
 def run() -> tuple[list[Row], dict[str, Any]]:
     rows: list[Row] = []
     raw: dict[str, Any] = {}
-    for key, label, how, target in SHAPES:
+    for key, label, how, target in SHAPES + page_shape():
         mib, events = how()
         raw[f"rss_peak_{key}_mib"] = mib
         raw[f"rss_{key}_webhook_events"] = events

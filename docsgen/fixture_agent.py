@@ -4,8 +4,11 @@ The families the agent can expose are taken from its own exposition, not from a 
 config enabling every tier, sink and compatibility surface, its tiers are collected from the fixture hosts
 (``fixtures/hosts``: core and the node_exporter collectors on healthy, faulty and gpunode; smart on disks through the
 smartctl stand-in, ``fixtures/smartctl``; gpu on the fake NVML's thermal-throttle H100 scenario, with one XID raised),
-and ``MetricsCache`` renders ``/metrics``, which ``promtext.parse_text`` reads back. Sinks are built but never
-started; nothing listens, nothing is sent. Logging is off while it runs (the fixtures' gaps log warnings).
+and ``MetricsCache`` renders ``/metrics``, which ``promtext.parse_text`` reads back. On the first host the
+webhook endpoints and the NVSentinel sink are also served against stand-ins in this process until each family they
+expose has a series (``fixture_sinks``); the other sinks are built, never started. Nothing listens, nothing leaves
+the process. A family whose HELP and TYPE are exposed without a series stops the generator: its labels cannot be
+read. Logging is off while it runs (the fixtures' gaps and the sinks' failures log warnings).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 import trio
 
 from docsgen import ROOT
+from docsgen.fixture_sinks import SOCKET, TOKEN, WEBHOOKS, serve_sinks, stand_ins
 from nvdaemon.app import Agent
 from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import Collector, HostRoots
@@ -42,7 +46,9 @@ node: docs
 stateDir: {state}
 tiers: [core, smart, gpu]
 rules: [{{metric: load1, condition: docs_example, threshold: -1}}]
-sinks: {{webhook: [{{url: "https://hooks.example.com/events", secret: example}}], nvsentinel: {{enabled: true}}}}
+sinks:
+  webhook: [{webhooks}]
+  nvsentinel: {{enabled: true, socketPath: "{socket}", tokenPath: "{token}"}}
 history: {{enabled: true}}
 nodeExporter: {{enabled: true}}
 dcgmCompat: {{enabled: true, podAttribution: true}}
@@ -92,7 +98,14 @@ async def _collect(agent: Agent, tier: str, collectors: list[Collector], ticks: 
 
 def _agent(host: str, tmp: Path) -> bytes:
     """``/metrics`` of the agent with the core tier on fixture host ``host``."""
-    text = CONFIG.format(state=tmp / "state", smartctl=FIXTURES / "smartctl" / "smartctl", scenario=SCENARIO)
+    text = CONFIG.format(
+        state=tmp / "state",
+        smartctl=FIXTURES / "smartctl" / "smartctl",
+        scenario=SCENARIO,
+        webhooks=WEBHOOKS,
+        socket=tmp / SOCKET,
+        token=tmp / TOKEN,
+    )
     agent = Agent(parse_config(text, "docs.yaml", env={}, host_root=FIXTURES / "hosts" / host))
     nvml = FakeNvml(SCENARIO)
     gpu = GpuRuntime(nvml, nvml.open(), node=agent.node)
@@ -115,6 +128,8 @@ def _agent(host: str, tmp: Path) -> bytes:
                 disks = HostRoots.under(FIXTURES / "hosts" / "disks")
                 await _collect(agent, "smart", collectors_for_tier("smart"), [disks])
                 await _collect(agent, "gpu", gpu.collectors(), [agent.roots])
+                with stand_ins(tmp, agent.loaded.state_dir):
+                    await serve_sinks(agent)
 
     try:
         trio.run(run)
@@ -124,13 +139,25 @@ def _agent(host: str, tmp: Path) -> bytes:
             sink.close()
 
 
+def declared(text: bytes) -> set[str]:
+    """The families the exposition has a TYPE line for, with a series or not (``parse_text`` keeps only those with
+    one, as expfmt does)."""
+    return {line.split()[2].decode() for line in text.splitlines() if line.startswith(b"# TYPE ")}
+
+
 def exposed_families() -> dict[str, TextFamily]:
-    """Every family on ``/metrics`` of the fixture agents, by name; a family's samples from every host together."""
+    """Every family on ``/metrics`` of the fixture agents, by name; a family's samples from every host together.
+    ``RuntimeError`` names the families that the agents declare but gave no series on any host."""
     families: dict[str, TextFamily] = {}
+    names: set[str] = set()
     with _quiet():
         for host in CORE_HOSTS:
             with tempfile.TemporaryDirectory(prefix="docsgen-") as tmp:
-                for name, fam in parse_text(_agent(host, Path(tmp))).items():
+                text = _agent(host, Path(tmp))
+                names |= declared(text)
+                for name, fam in parse_text(text).items():
                     seen = families.setdefault(name, TextFamily(name, fam.help, fam.type))
                     seen.metrics.extend(fam.metrics)
+    if empty := sorted(names - families.keys()):
+        raise RuntimeError(f"families without a series on the fixture agents' /metrics: {', '.join(empty)}")
     return families

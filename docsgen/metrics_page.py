@@ -2,8 +2,10 @@
 
 The hardware families (``nodevitals_hw_*``) are listed in the catalogue's order (``nvdaemon/catalogue.py``) with the
 type, tier and labels they have on ``/metrics`` of the fixture agent (``fixture_agent``); every other family is
-listed by name under the surface it belongs to. A catalogue metric the fixture agent does not expose, or a family
-that fits no section, stops the generator: nothing is left out silently.
+listed by name under the surface it belongs to, with the TYPE, HELP and label names of its series there. A
+catalogue metric the fixture agent does not expose, a family it declares without a series, or a family that fits
+no section, stops the generator: nothing is left out silently. ``tests/test_docs_metrics_complete.py`` checks the
+page against the families the code declares, which also catches one the fixture agent never declares.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ SURFACES: tuple[tuple[str, str, Callable[[str], bool]], ...] = (
     (
         "Agent (`nodevitals_*`)",
         "The agent's own state: collectors, tiers, events, conditions, tasks, reloads, sinks, history. A sink's, "
-        "history's or pod attribution's families are there only while it is configured.",
+        "history's or pod attribution's families are there only while it is configured. A family counted by "
+        "outcome, reason or code has no series before its first count (a delivery attempt, a drop, a spool "
+        "quarantine, a failed send), only its HELP and TYPE; the time of the last 2xx is there after the first one.",
         lambda n: n.startswith("nodevitals_"),
     ),
     (
@@ -63,7 +67,10 @@ SURFACES: tuple[tuple[str, str, Callable[[str], bool]], ...] = (
     ),
     (
         "node_exporter (`node_*`, `nodeExporter.enabled`)",
-        "node_exporter's families, names, HELP and labels as its.",
+        "node_exporter's families, names, HELP and labels as its, those of the fixture hosts. Some are named after "
+        "what a host has (a hwmon attribute, a RAPL zone) and the textfile collector adds the families of "
+        "`nodeExporter.textfileDirectory` with `node_textfile_mtime_seconds`, so a node may show families not "
+        "listed here.",
         lambda n: n.startswith("node_"),
     ),
     (

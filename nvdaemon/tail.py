@@ -4,8 +4,12 @@ It asks for the last ``--replay`` events on its first connection, then follows l
 agent restarted, or closed a slow client) it reconnects with capped exponential backoff and asks for the events
 after the last id it printed, so it neither skips nor repeats what the agent still has; ids already printed are
 never printed again. If the agent no longer knows that id (it restarted, or the id fell out of its buffer) a note
-goes to stderr and everything the agent has is printed. Exit codes: 0 on Ctrl-C, 1 when the agent cannot be reached
-at start (or refuses: bad token, bad filter).
+goes to stderr and everything the agent has is printed. Exit codes: 0 on Ctrl-C (SIGINT) or SIGTERM, 1 when the
+agent cannot be reached at start (or refuses: bad token, bad filter).
+
+A signal stops it by cancellation (``Tail.run_until_signalled``), never by a ``KeyboardInterrupt`` raised in
+whichever task happens to be running: one raised in trio-websocket's reader task left the connection's close
+waiting for a reply that task would have read, up to its 60 s disconnect timeout.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import sys
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -148,6 +153,27 @@ class Tail:
             await trio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_MAX)
 
+    async def run_until_signalled(self) -> None:
+        """``run`` until SIGINT or SIGTERM arrives (then cancelled: the open connection is dropped at once) or it
+        fails (``TailError``, or the output went away: ``BrokenPipeError``), which is raised here as it is."""
+        failed: list[Exception] = []
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def follow_all() -> None:
+                    try:
+                        await self.run()
+                    except (TailError, BrokenPipeError) as exc:
+                        failed.append(exc)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(follow_all)
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    break
+        if failed:
+            raise failed[0]
+
     async def follow(self) -> None:
         import trio_websocket
 
@@ -194,7 +220,7 @@ def main(opts: Options, out: TextIO | None = None, err: TextIO | None = None) ->
     err = err or sys.stderr
     try:
         tail = Tail(opts, out, err)
-        trio.run(tail.run)
+        trio.run(tail.run_until_signalled)
     except TailError as exc:
         print(f"nvdaemon tail: {exc}", file=err, flush=True)
         return 1

@@ -38,6 +38,11 @@ SKIP_GROUPS: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"node.exporter"),
         "no prometheus-node-exporter on PATH (Debian package prometheus-node-exporter)",
     ),
+    (
+        "chromium",
+        re.compile(r"\bno chrom(?:ium|edriver) on PATH\b"),
+        "no chromium/chromedriver on PATH (Debian packages chromium, chromium-driver)",
+    ),
 )
 
 

@@ -1,5 +1,6 @@
 """The line a run ends with when it skipped tests (tests/conftest.py): pytest itself, in a subprocess, on a few real
-tests, with a PATH that lacks promtool and node_exporter, so they skip for the reasons a newcomer's machine gives."""
+tests, with a PATH that lacks promtool, node_exporter and chromium, so they skip for the reasons a newcomer's machine
+gives."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.conftest import skip_line
 ROOT = Path(__file__).resolve().parent.parent
 PROMTOOL = "tests/stack/test_promtool.py::test_promtool_rule_unit_tests"
 NODE_EXPORTER = "tests/node_exporter/test_misc_group.py::test_matches_node_exporter_on_tricky_input"
+BROWSER = "tests/browser/test_harness.py::test_leaving_by_an_exception_still_ends_the_browser_and_chromedriver"
 PASSES = "tests/test_polling.py::test_until_sync_returns_and_times_out"
 
 
@@ -46,20 +48,22 @@ def pytest_run(tmp_path: Path, *tests: str) -> list[str]:
 
 
 def test_one_line_names_every_skipped_group_with_where_how_many_and_why(tmp_path: Path) -> None:
-    out = pytest_run(tmp_path, PROMTOOL, NODE_EXPORTER, PASSES)
+    out = pytest_run(tmp_path, PROMTOOL, NODE_EXPORTER, BROWSER, PASSES)
     lines = [line for line in out if line.startswith("skipped: ")]
     assert lines == out[-1:], out  # one line, the last
     final = re.search(r"(\d+) passed, (\d+) skipped", out[-2])
     assert final is not None, out[-2]
     assert final[1] == "1"
     groups = dict(re.findall(r"(\w+) \(([^)]*)\): ", lines[0]))
-    assert set(groups) == {"node_exporter", "promtool"}, lines[0]
+    assert set(groups) == {"node_exporter", "promtool", "chromium"}, lines[0]
     assert groups["promtool"] == "tests/stack, 1 test"
+    assert groups["chromium"] == "tests/browser, 1 test"
     assert re.fullmatch(r"tests/node_exporter, \d+ tests", groups["node_exporter"])
     counted = sum(int(m) for m in re.findall(r", (\d+) tests?\)", lines[0]))
     assert counted == int(final[2])  # every skip of the run is in the line, no more
     assert "no promtool on PATH (Debian package prometheus)" in lines[0]
     assert "no prometheus-node-exporter on PATH" in lines[0]
+    assert "no chromium/chromedriver on PATH (Debian packages chromium, chromium-driver)" in lines[0]
 
 
 def test_no_line_when_nothing_skipped(tmp_path: Path) -> None:

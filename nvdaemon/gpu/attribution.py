@@ -14,7 +14,7 @@ Only resources named ``nvidia.com/...`` are considered (an FPGA plugin's device 
 Two answers per GPU: every holder (``holders``: events carry them all) and the one holder dcgm-exporter's
 ``--kubernetes`` mode labels the GPU's ``DCGM_FI_*`` series with (``dcgm``): the last whole-GPU allocation in the
 kubelet's order, replicas of a shared GPU included; a MIG slice labels only dcgm-exporter's per-GPU-instance series,
-which this surface does not serve, so it never labels the parent's (see the README, GPU tier).
+which this surface does not serve, so it never labels the parent's (see docs/tiers.md, GPU tier).
 """
 
 from __future__ import annotations

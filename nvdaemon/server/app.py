@@ -1,8 +1,10 @@
-"""The HTTP surface on one port: /metrics, /healthz, /readyz, /v1/state, /v1/status, /v1/events, /v1/history
-(hypercorn's trio worker + quart-trio, HTTP/1.1 only).
+"""The HTTP surface on one port: /metrics, /healthz, /readyz, /v1/state, /v1/status, /v1/events, /v1/history and
+``/``, the node page for people (hypercorn's trio worker + quart-trio, HTTP/1.1 only).
 
-``/metrics``, ``/healthz`` and ``/readyz`` are always open (kubelet and Prometheus must reach them); ``/v1/*`` is
-guarded by a bearer token when ``server.apiTokenFile`` is set, compared in constant time; that file (at most
+``/metrics``, ``/healthz`` and ``/readyz`` are always open (kubelet and Prometheus must reach them), and so is ``/``
+(static, no data: ``nvdaemon/server/node_page.py``); ``/v1/*`` is guarded by a bearer token when
+``server.apiTokenFile`` is set (or, on a websocket, the token subprotocol a browser can send), compared in constant
+time; that file (at most
 ``MAX_TOKEN_BYTES``, 8 KiB) is stat'ed on every guarded request and re-read when it changes, or at least every second
 (``ApiToken``). Every
 error is JSON. Request bodies (maxRequestBytes), request heads (headerTimeoutSeconds, 16 KiB), idle keep-alive
@@ -28,7 +30,7 @@ from quart import Response, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from nvdaemon.server import accept, asgi, history_routes, listen, stream_routes
+from nvdaemon.server import accept, asgi, history_routes, listen, node_page, stream_routes
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.server.responses import json_response
 from nvdaemon.server.state import state_samples, status_document
@@ -84,11 +86,13 @@ def build_app(view: AgentView, server_config: ServerConfig, metrics: MetricsCach
     token_file = server_config.api_token_file
     api_token = ApiToken(token_file) if token_file else None
 
-    def authorized(path: str, given: str) -> bool:
+    def authorized(path: str, given: str, subprotocol_token: str | None = None) -> bool:
         if api_token is None or not path.startswith("/v1/"):
             return True
         token = api_token.current()
         scheme, _, value = given.partition(" ")
+        if not given and subprotocol_token is not None:  # a browser's websocket (nvdaemon/server/node_page.py)
+            scheme, value = "bearer", subprotocol_token
         return token is not None and scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token)
 
     @app.before_request
@@ -99,7 +103,8 @@ def build_app(view: AgentView, server_config: ServerConfig, metrics: MetricsCach
 
     @app.before_websocket
     async def guard_websocket() -> Response | None:  # refused with HTTP 401 before the upgrade
-        if not authorized(websocket.path, websocket.headers.get("Authorization", "")):
+        offered = node_page.bearer_from_subprotocols(websocket.requested_subprotocols)
+        if not authorized(websocket.path, websocket.headers.get("Authorization", ""), offered):
             return json_response({"error": "unauthorized"}, 401)
         return None
 
@@ -133,6 +138,7 @@ def build_app(view: AgentView, server_config: ServerConfig, metrics: MetricsCach
 
     stream_routes.register(app, view)
     history_routes.register(app, view)
+    node_page.register(app)
     return app
 
 

@@ -24,6 +24,7 @@ from quart import Response, request, websocket
 from quart_trio import QuartTrio
 
 from nvdaemon.server import asgi
+from nvdaemon.server.node_page import chosen_subprotocol
 from nvdaemon.server.responses import json_response, query_lists
 from nvdaemon.view import (
     STREAM_GOING_AWAY,
@@ -76,7 +77,7 @@ def register(app: QuartTrio, view: AgentView) -> None:
             return json_response({"error": "too many stream clients"}, 503)
         client, replay = connected
         try:
-            await websocket.accept()
+            await websocket.accept(subprotocol=chosen_subprotocol(websocket.requested_subprotocols))
             await _pump(client, replay, req[1], h.ping_seconds, writer())
             with trio.move_on_after(CLOSE_SEND_SECONDS):
                 await websocket.close(client.close_code or STREAM_GOING_AWAY, client.close_reason)

@@ -1,7 +1,7 @@
-"""Every chart default that differs from the Go chart's has a row in the README's "Migrating from nodevitals" table,
-and what the row says holds on the rendered chart: the rolling update's ``maxUnavailable`` (10 % here, 1 in Go,
-where a copied Go values file keeps its 1) and the gpu tier's Pod Security level (Go's is Restricted; ours needs
-``privileged`` for the state hostPath, and is Restricted with ``stateDir.enabled=false``)."""
+"""Every chart default that differs from the Go chart's has a row in the "Migrating from nodevitals" table
+(docs/migration.md), and what the row says holds on the rendered chart: the rolling update's ``maxUnavailable``
+(10 % here, 1 in Go, where a copied Go values file keeps its 1) and the gpu tier's Pod Security level (Go's is
+Restricted; ours needs ``privileged`` for the state hostPath, and is Restricted with ``stateDir.enabled=false``)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ GPU_ONLY = {"tiers": {"core": {"enabled": False}, "gpu": {"enabled": True}}}
 
 def migration_rows() -> dict[str, list[str]]:
     """The migration tables' rows, by their first cell."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Migrating from nodevitals", 1)[1].split("\n## ", 1)[0]
+    text = (ROOT / "docs" / "migration.md").read_text()
+    section = text.split("# Migrating from nodevitals", 1)[1].split("\n## ", 1)[0]
     rows: dict[str, list[str]] = {}
     for line in section.splitlines():
         if line.startswith("| ") and not re.match(r"\|[-|]+\|$", line):

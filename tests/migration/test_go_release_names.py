@@ -10,7 +10,7 @@ the Go quickstart names it, or ``true``) must render the same kind and name with
 pod template labels must still match the selector.
 
 No API server can run here, so the upgrade itself is not run. These tests check the rendered manifests that the
-upgrade depends on. README "Migrating from nodevitals" gives the steps and what each one does.
+upgrade depends on. docs/migration.md ("Migrating from nodevitals") gives the steps and what each one does.
 """
 
 from __future__ import annotations

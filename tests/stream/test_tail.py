@@ -133,9 +133,9 @@ def test_tail_prints_fixture_faults_and_survives_an_agent_restart(agent: Agent, 
         assert " fixture-node critical ENTER cpu_package_hot hwmon0/coretemp/temp1 value=" in text
         assert "load_high" not in text  # --severity critical filters the warnings out
     finally:
-        for proc in tails:
-            proc.send_signal(signal.SIGINT)
-        codes = [proc.wait(timeout=10) for proc in tails]
+        for proc, sig in zip(tails, (signal.SIGINT, signal.SIGTERM), strict=True):  # Ctrl-C, or a supervisor's stop
+            proc.send_signal(sig)
+        codes = [proc.wait(timeout=30) for proc in tails]
     assert codes == [0, 0]
     assert agent.stop()[0] == 0
 

@@ -1,0 +1,110 @@
+"""``GET /``: the node page, one HTML document for people (``nvdaemon/server/page/``), and the websocket rules it
+relies on.
+
+The page is static: it holds no data of the node and no secret, so ``/`` is open like ``/metrics``; everything it
+shows it reads from ``/v1/status``, ``/v1/events`` and ``/v1/history`` in the browser, under the same token rule as
+any other client (``server.apiTokenFile``). Its stylesheet and script are put inline when the page is first asked
+for, and the ``Content-Security-Policy`` allows exactly those two by their SHA-256 and nothing else: no other
+script, style, image, font, frame or form target, and connections to the agent's own origin only. Until ``/`` is
+requested nothing of it is read or held; afterwards the assembled page (about 30 KB, and its gzip) is kept.
+
+A browser cannot put an ``Authorization`` header on a websocket upgrade. The page offers two subprotocols instead,
+``nvdaemon.events`` and ``nvdaemon.bearer.<the token in unpadded base64url>`` (the shape Kubernetes' API server
+accepts for its own bearer tokens); ``bearer_from_subprotocols`` reads the token back, and the stream route selects
+``nvdaemon.events`` when it was offered (a browser refuses a connection whose offered subprotocols were all
+ignored). The token subprotocol is never echoed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import hashlib
+from collections.abc import Iterable
+from functools import cache
+from importlib import resources
+
+from quart import Response, request
+from quart_trio import QuartTrio
+
+from nvdaemon.server.gzip_body import accept_encodings, accepts_gzip
+
+EVENTS_SUBPROTOCOL = "nvdaemon.events"
+BEARER_SUBPROTOCOL = "nvdaemon.bearer."
+PAGE_DIR = "server/page"
+
+
+def _digest(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+class NodePage:
+    """The assembled page: ``body`` (HTML with the stylesheet and script inline), its ``gzip`` and ``csp``."""
+
+    def __init__(self, html: str, css: str, js: str) -> None:
+        # The markers are replaced whole; the hashes are of the exact text between the tags.
+        body = html.replace("/*STYLE*/", css).replace("/*SCRIPT*/", js)
+        self.body = body.encode()
+        self.gzip = gzip.compress(self.body, mtime=0)
+        self.csp = "; ".join(
+            (
+                "default-src 'none'",
+                f"script-src {_digest(js)}",
+                f"style-src {_digest(css)}",
+                "connect-src 'self'",
+                "img-src 'none'",
+                "base-uri 'none'",
+                "form-action 'none'",
+                "frame-ancestors 'none'",
+            )
+        )
+
+    def headers(self, gzipped: bool) -> dict[str, str]:
+        out = {
+            "Content-Type": "text/html; charset=utf-8",
+            "Content-Security-Policy": self.csp,
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "X-Frame-Options": "DENY",
+            "Cache-Control": "no-cache",
+            "Vary": "Accept-Encoding",
+        }
+        if gzipped:
+            out["Content-Encoding"] = "gzip"
+        return out
+
+
+@cache
+def node_page() -> NodePage:
+    """The page, read from the package on first use (``page/node.html``, ``node.css``, ``node.js``)."""
+    root = resources.files("nvdaemon").joinpath(PAGE_DIR)
+    html, css, js = (root.joinpath(name).read_text(encoding="utf-8") for name in ("node.html", "node.css", "node.js"))
+    return NodePage(html, css, js)
+
+
+def bearer_from_subprotocols(offered: Iterable[str]) -> str | None:
+    """The token a browser put in ``Sec-WebSocket-Protocol`` (``nvdaemon.bearer.<base64url>``), as the text an
+    ``Authorization: Bearer`` header would carry; None when none was offered or it does not decode."""
+    for proto in offered:
+        if proto.startswith(BEARER_SUBPROTOCOL):
+            encoded = proto[len(BEARER_SUBPROTOCOL) :].rstrip("=")
+            try:
+                raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), altchars=b"-_", validate=True)
+                return raw.decode() or None
+            except (binascii.Error, ValueError):
+                return None
+    return None
+
+
+def chosen_subprotocol(offered: Iterable[str]) -> str | None:
+    """The subprotocol to accept a ``/v1/events`` upgrade with: ``nvdaemon.events`` when offered, else none."""
+    return EVENTS_SUBPROTOCOL if EVENTS_SUBPROTOCOL in offered else None
+
+
+def register(app: QuartTrio) -> None:
+    @app.route("/", methods=["GET", "HEAD"])
+    async def index() -> Response:
+        page = node_page()
+        gzipped = accepts_gzip(accept_encodings(request.headers.getlist("Accept-Encoding")))
+        return Response(page.gzip if gzipped else page.body, headers=page.headers(gzipped))
