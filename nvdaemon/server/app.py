@@ -4,13 +4,11 @@
 ``/metrics``, ``/healthz`` and ``/readyz`` are always open (kubelet and Prometheus must reach them), and so is ``/``
 (static, no data: ``nvdaemon/server/node_page.py``); ``/v1/*`` is guarded by a bearer token when
 ``server.apiTokenFile`` is set (or, on a websocket, the token subprotocol a browser can send), compared in constant
-time; that file (at most
-``MAX_TOKEN_BYTES``, 8 KiB) is stat'ed on every guarded request and re-read when it changes, or at least every second
-(``ApiToken``). Every
-error is JSON. Request bodies (maxRequestBytes), request heads (headerTimeoutSeconds, 16 KiB), idle keep-alive
-connections (idleTimeoutSeconds), open connections (maxConnections) and inbound websocket messages
-(maxWebsocketMessageBytes) are bounded so a misbehaving client cannot hold memory, descriptors or a connection;
-``nvdaemon/server/accept.py`` and ``nvdaemon/server/asgi.py`` say how.
+time; that file (at most ``MAX_TOKEN_BYTES``, 8 KiB) is stat'ed on every guarded request and re-read when it
+changes, or at least every second (``ApiToken``). Every error is JSON. Request bodies (maxRequestBytes), request
+heads (headerTimeoutSeconds, 16 KiB), idle keep-alive connections (idleTimeoutSeconds), open connections
+(maxConnections) and inbound websocket messages (maxWebsocketMessageBytes) are bounded so a misbehaving client cannot
+hold memory, descriptors or a connection; ``nvdaemon/server/accept.py`` and ``nvdaemon/server/asgi.py`` say how.
 """
 
 from __future__ import annotations
