@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.test_runbooks import github_anchor
+from tests.markdown import blank, github_anchor, without_fences
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -22,28 +22,22 @@ DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
 FRONT_DOOR_MAX_LINES = 200
 
-_FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1[^\n]*$", re.M | re.S)
 _CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)", re.S)
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$", re.M)
 _LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _UNCHECKED = re.compile(r"(?i)^(https?|mailto):")
 
 
-def _blank(match: re.Match[str]) -> str:
-    """Same line count, no text: line numbers in messages stay right."""
-    return re.sub(r"[^\n]", " ", match.group(0))
-
-
 def prose(text: str) -> str:
     """The page without fenced code blocks and inline code (a ``# comment`` in a shell block is no heading)."""
-    return _CODE_SPAN.sub(_blank, _FENCE.sub(_blank, text))
+    return _CODE_SPAN.sub(blank, without_fences(text))
 
 
 def anchors(text: str) -> set[str]:
     """Every anchor GitHub gives the page's headings: a repeated one gets ``-1``, ``-2``, ... as github-slugger does
     (a suffixed anchor that is taken already moves on to the next number)."""
     occurrences: dict[str, int] = {}
-    for heading in _HEADING.findall(_FENCE.sub(_blank, text)):
+    for heading in _HEADING.findall(without_fences(text)):
         slug = base = github_anchor(heading)
         while slug in occurrences:
             occurrences[base] += 1

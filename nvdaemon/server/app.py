@@ -32,7 +32,7 @@ from nvdaemon.server import accept, asgi, history_routes, listen, node_page, str
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.server.responses import json_response
 from nvdaemon.server.state import state_samples, status_document
-from nvdaemon.server.token import ApiToken
+from nvdaemon.server.token import ApiToken, bearer_from_subprotocols
 
 if TYPE_CHECKING:
     from nvdaemon.config import ServerConfig
@@ -89,7 +89,7 @@ def build_app(view: AgentView, server_config: ServerConfig, metrics: MetricsCach
             return True
         token = api_token.current()
         scheme, _, value = given.partition(" ")
-        if not given and subprotocol_token is not None:  # a browser's websocket (nvdaemon/server/node_page.py)
+        if not given and subprotocol_token is not None:  # a browser's websocket (nvdaemon/server/token.py)
             scheme, value = "bearer", subprotocol_token
         return token is not None and scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token)
 
@@ -101,7 +101,7 @@ def build_app(view: AgentView, server_config: ServerConfig, metrics: MetricsCach
 
     @app.before_websocket
     async def guard_websocket() -> Response | None:  # refused with HTTP 401 before the upgrade
-        offered = node_page.bearer_from_subprotocols(websocket.requested_subprotocols)
+        offered = bearer_from_subprotocols(websocket.requested_subprotocols)
         if not authorized(websocket.path, websocket.headers.get("Authorization", ""), offered):
             return json_response({"error": "unauthorized"}, 401)
         return None

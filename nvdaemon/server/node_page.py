@@ -8,20 +8,15 @@ for, and the ``Content-Security-Policy`` allows exactly those two by their SHA-2
 script, style, image, font, frame or form target, and connections to the agent's own origin only. Until ``/`` is
 requested nothing of it is read or held; afterwards the assembled page (about 26 KB, and its 9 KB gzip) is kept.
 
-A browser cannot put an ``Authorization`` header on a websocket upgrade. The page offers two subprotocols instead,
-``nvdaemon.events`` and ``nvdaemon.bearer.<the token in unpadded base64url>`` (the shape Kubernetes' API server
-accepts for its own bearer tokens); ``bearer_from_subprotocols`` reads the token back, and the stream route selects
-``nvdaemon.events`` when it was offered (a browser refuses a connection whose offered subprotocols were all
-ignored). The token subprotocol is never echoed.
+A browser cannot put an ``Authorization`` header on a websocket upgrade; the page sends the token as a subprotocol
+instead, the rule of ``nvdaemon/server/token.py`` for every websocket client.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import gzip
 import hashlib
-from collections.abc import Iterable
 from functools import cache
 from importlib import resources
 
@@ -30,8 +25,6 @@ from quart_trio import QuartTrio
 
 from nvdaemon.server.gzip_body import accept_encodings, accepts_gzip
 
-EVENTS_SUBPROTOCOL = "nvdaemon.events"
-BEARER_SUBPROTOCOL = "nvdaemon.bearer."
 PAGE_DIR = "server/page"
 
 
@@ -83,25 +76,6 @@ def node_page() -> NodePage:
     root = resources.files("nvdaemon").joinpath(PAGE_DIR)
     html, css, js = (root.joinpath(name).read_text(encoding="utf-8") for name in ("node.html", "node.css", "node.js"))
     return NodePage(html, css, js)
-
-
-def bearer_from_subprotocols(offered: Iterable[str]) -> str | None:
-    """The token a browser put in ``Sec-WebSocket-Protocol`` (``nvdaemon.bearer.<base64url>``), as the text an
-    ``Authorization: Bearer`` header would carry; None when none was offered or it does not decode."""
-    for proto in offered:
-        if proto.startswith(BEARER_SUBPROTOCOL):
-            encoded = proto[len(BEARER_SUBPROTOCOL) :].rstrip("=")
-            try:
-                raw = base64.b64decode(encoded + "=" * (-len(encoded) % 4), altchars=b"-_", validate=True)
-                return raw.decode() or None
-            except (binascii.Error, ValueError):
-                return None
-    return None
-
-
-def chosen_subprotocol(offered: Iterable[str]) -> str | None:
-    """The subprotocol to accept a ``/v1/events`` upgrade with: ``nvdaemon.events`` when offered, else none."""
-    return EVENTS_SUBPROTOCOL if EVENTS_SUBPROTOCOL in offered else None
 
 
 def register(app: QuartTrio) -> None:

@@ -24,8 +24,8 @@ from quart import Response, request, websocket
 from quart_trio import QuartTrio
 
 from nvdaemon.server import asgi
-from nvdaemon.server.node_page import chosen_subprotocol
 from nvdaemon.server.responses import json_response, query_lists
+from nvdaemon.server.token import chosen_subprotocol
 from nvdaemon.view import (
     STREAM_GOING_AWAY,
     StreamClient,

@@ -15,6 +15,7 @@ import yaml
 
 from nvdaemon.catalogue import HELP
 from tests.deploy import helm
+from tests.markdown import github_anchor, without_fences
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
@@ -27,19 +28,11 @@ ALL_GROUPS = {"prometheusRule": {"enabled": True, "hardware": {"enabled": True}}
 PARTS = ("Meaning", "Confirm", "Act")
 _METRIC = re.compile(r"\b((?:nodevitals|nvsentinel)_[a-z0-9_]*[a-z0-9])")
 _SUFFIXES = ("_total", "_bucket", "_count", "_sum")
-_FENCE = re.compile(r"^```.*?^```", re.M | re.S)
-
-
-def github_anchor(heading: str) -> str:
-    """The anchor GitHub gives a heading: its text in lower case, every character other than a letter, a digit, ``_``,
-    ``-`` or a space dropped (backticks, dots, colons, ...), each space turned into ``-``. (GitHub appends ``-1``,
-    ``-2`` to repeated anchors; ``test_sections_match_the_alerts_shipped`` keeps this page free of repeats.)"""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def sections() -> dict[str, str]:
     """The page's ``## `` sections, heading -> body; fenced code is blanked first so a shell comment is no heading."""
-    text = _FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), RUNBOOKS.read_text())
+    text = without_fences(RUNBOOKS.read_text())
     parts = re.split(r"^## (.+)$", text, flags=re.M)
     headings = parts[1::2]
     assert len(headings) == len(set(headings)), f"repeated headings: {headings}"

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import trio_websocket
 
-from nvdaemon.server.node_page import bearer_from_subprotocols, chosen_subprotocol
+from nvdaemon.server.token import bearer_from_subprotocols, chosen_subprotocol
 from tests.stream.harness import make_event, receive, running
 
 TOKEN = "s3cret-token"

@@ -155,6 +155,8 @@
       if (err instanceof AuthError) askToken(token !== null);
       else showError(`Cannot read /v1/status: ${err.message}. Retrying.`);
     }
+    // Cleared again here: a read started meanwhile (one soon after an event) must not leave a second polling chain.
+    clearTimeout(statusTimer);
     statusTimer = setTimeout(refreshStatus, STATUS_MS);
   }
   let soon = 0;
@@ -384,10 +386,16 @@
     return `${Math.max(intervalMinutes || 1, Math.ceil(minutes / 240))}m`;
   }
 
+  let historyRun = 0;
   async function refreshHistory() {
     clearTimeout(historyTimer);
+    if (document.hidden) { // a tab in the background asks for nothing
+      historyTimer = setTimeout(refreshHistory, HISTORY_MS);
+      return;
+    }
     const h = status && (status.sinks || {}).history;
     if (!h) return;
+    const run = ++historyRun; // a newer run (the range changed) takes over: this one stops at its next answer
     const range = $("range").value;
     const step = stepFor(range, h.intervalMinutes);
     const metrics = (h.metrics || []).slice().sort();
@@ -405,6 +413,7 @@
       try {
         const r = await api(`/v1/history/${encodeURIComponent(metric)}?range=${range}&step=${step}`);
         const doc = await r.json();
+        if (run !== historyRun) return;
         if (!r.ok) throw new Error(text(doc.error));
         drawPlot(box, metric, doc);
       } catch (err) {
@@ -417,7 +426,8 @@
     }
     for (const box of [...plots.children]) if (!seen.has(box.dataset.metric)) box.remove();
     body.dataset.historyLoads = String(Number(body.dataset.historyLoads || 0) + 1);
-    historyTimer = setTimeout(() => { if (!document.hidden) refreshHistory(); }, HISTORY_MS);
+    clearTimeout(historyTimer);
+    historyTimer = setTimeout(refreshHistory, HISTORY_MS);
   }
   $("range").addEventListener("change", refreshHistory);
 
