@@ -143,7 +143,7 @@ def history() -> tuple[list[Row], dict[str, Any]]:
 
 
 def sections() -> list[tuple[str, str, Section]]:
-    from bench import floor, growth, hostile, latency, probes, rss, scrape, steady
+    from bench import floor, growth, hostile, kmsg, latency, probes, rss, scrape, steady
 
     return [
         ("floor", "core-tier cycle CPU against reading the same files ...", floor.run),
@@ -158,6 +158,7 @@ def sections() -> list[tuple[str, str, Section]]:
         ("history", "history: ingest, 90-day query, five simulated years on disk ...", history),
         ("probes", f"/healthz, /readyz under {probes.CLIENTS} keep-alive /metrics clients ...", probes.run),
         ("hostile", "peak RSS and SIGTERM to exit under hostile peers ...", hostile.run),
+        ("kmsg", "kernel-log source: CPU per 1,000 records, a 100,000-line storm ...", kmsg.run),
     ]
 
 

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import trio
 
 from docsgen import ROOT
@@ -31,6 +32,7 @@ from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
 from nvdaemon.configload import parse_config
 from nvdaemon.gpu import GpuRuntime
 from nvdaemon.gpu.podresources import PodAttribution, PodResourcesClient
+from nvdaemon.kmsg.position import KmsgPosition
 from nvdaemon.nvml import XidNotice
 from nvdaemon.nvml.fake import FakeNvml
 from nvdaemon.promtext import TextFamily, parse_text
@@ -128,6 +130,7 @@ def _agent(host: str, tmp: Path) -> bytes:
                 disks = HostRoots.under(FIXTURES / "hosts" / "disks")
                 await _collect(agent, "smart", collectors_for_tier("smart"), [disks])
                 await _collect(agent, "gpu", gpu.collectors(), [agent.roots])
+                _read_kernel_log(agent, tmp)
                 with stand_ins(tmp, agent.loaded.state_dir):
                     await serve_sinks(agent)
 
@@ -137,6 +140,29 @@ def _agent(host: str, tmp: Path) -> bytes:
     finally:
         for sink in sinks:
             sink.close()
+
+
+def _read_kernel_log(agent: Agent, tmp: Path) -> None:
+    """The kernel-log source over the kmsg fixture host, its records read once (in the trio run: the budget's
+    clock), with a lookback that leaves its oldest records out, so every ``nodevitals_kmsg_*`` family has a series."""
+    host = FIXTURES / "hosts" / "kmsg"
+    c = agent.loaded.config
+    c = msgspec.structs.replace(
+        c,
+        dev_root=str(host / "dev"),
+        proc_root=str(host / "proc"),
+        kernel_log=msgspec.structs.replace(c.kernel_log, lookback_seconds=3000.0),
+    )
+    source = agent.kmsg_source(c)
+    source._begin(KmsgPosition())  # a first start: what the task does before it reads
+    source.reader.open()
+    try:
+        for raw in source.reader.records(1000):
+            source._record(raw)  # the task's per-record step, without its loop
+    finally:
+        source.reader.close()
+    source.up = True
+    agent.kmsg = source
 
 
 def declared(text: bytes) -> set[str]:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
+import math
 import signal
 import socket
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,13 +35,15 @@ from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
 from nvdaemon.compat.node_exporter import TABLE as NODE_EXPORTER_TABLE
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
-from nvdaemon.config import LoadedConfig, ServerConfig
+from nvdaemon.config import Config, LoadedConfig, ServerConfig
 from nvdaemon.engine_store import EngineStore
 from nvdaemon.gpu import GpuRuntime, close_gpu, open_gpu, podresources
 from nvdaemon.gpu.xid import TASK_NAME as XID_TASK
 from nvdaemon.gpu.xid import serve_xid
+from nvdaemon.gpu.xid_ledger import XidLedger
 from nvdaemon.history.service import HistorySink
 from nvdaemon.http_binding import HttpBinding
+from nvdaemon.kmsg import service as kmsg_service
 from nvdaemon.model import Event, TierSnapshot, new_event_id
 from nvdaemon.reloading import Reloads, ReloadSteps, Rules, prepare_reload
 from nvdaemon.sinks import Durable, Sink, SinkContext, SnapshotConsumer, build_sinks
@@ -50,6 +53,7 @@ from nvdaemon.tiers import CollectorRunner, collect_tier
 from nvdaemon.view import AgentView, EventKey, Surfaces
 
 if TYPE_CHECKING:
+    from nvdaemon.kmsg.source import KmsgSource
     from nvdaemon.sinks.stream.hub import StreamHub
 
 log = logging.getLogger(__name__)
@@ -71,6 +75,11 @@ class Agent:
         self.rules = engine.compile_rules(loaded.config.rules)
         self.snapshots: dict[str, TierSnapshot] = {}
         self.gpu: GpuRuntime | None = None  # opened NVML (nvdaemon/gpu), when the gpu tier is configured and usable
+        # One XID, one event, whichever of NVML and the kernel log reported it (gpu/xid_ledger.py).
+        self.xids = XidLedger(node=loaded.node, emit=self.emit, next_seq=self.next_seq)
+        kmsg_service.configure_ledger(self.xids, loaded.config.kernel_log)
+        self.kernel_rules = kmsg_service.compiled_rules(loaded.config)
+        self.kmsg: KmsgSource | None = None  # the kernel-log source while its task runs
         self.skipped_tiers: set[str] = set()  # configured but unusable on this node (gpu without NVML)
         self.sinks: dict[str, Sink] = {}
         self.history: HistorySink | None = None  # the history sink, when running (set by sync_sinks)
@@ -90,6 +99,7 @@ class Agent:
         self.changes = 0  # bumped by anything that changes what /metrics shows besides snapshots and events
         self.reloading = Reloads(self.note_change)
         self.root_scope = trio.CancelScope()
+        self.after_start: Callable[[], None] = lambda: None  # called once, when the start sequence is done
         self.store = EngineStore(
             lambda: self.loaded.state_dir,
             lambda: [s for s in self.sinks.values() if isinstance(s, Durable)],
@@ -253,6 +263,7 @@ class Agent:
         if self.gpu is not None and self.loaded.config.gpu.xid:
             await sup.start(XID_TASK, serve_xid, self.gpu, fingerprint=XID_TASK)
         await self.sync_podresources()  # GPU pod attribution (dcgmCompat.podAttribution)
+        await self.sync_kmsg()
 
     def note_change(self) -> None:
         """Something /metrics shows changed besides snapshots and events: the cached page is rendered again."""
@@ -284,6 +295,39 @@ class Agent:
                 fingerprint=fingerprint,
             )
 
+    async def sync_kmsg(self) -> None:
+        """Start, restart (changed config) or stop the kernel-log source, at start and after a reload."""
+        sup = self.supervisor
+        assert sup is not None
+        c = self.loaded.config
+        fingerprint = kmsg_service.fingerprint(c, self.loaded.state_dir)
+        running = sup.get(kmsg_service.TASK_NAME)
+        if running is not None and (not c.kernel_log.enabled or running.fingerprint != fingerprint):
+            await sup.stop(kmsg_service.TASK_NAME)
+            self.kmsg = running = None
+        if c.kernel_log.enabled and running is None:
+            self.kmsg = self.kmsg_source(c)
+            await sup.start(kmsg_service.TASK_NAME, self.kmsg.serve, fingerprint=fingerprint)
+
+    def kmsg_source(self, c: Config) -> KmsgSource:
+        """A kernel-log source reading under ``c``'s devRoot and procRoot into this agent's engine and ledger."""
+        return kmsg_service.build_source(
+            c,
+            self.kernel_rules,
+            state_dir=self.loaded.state_dir,
+            node=self.node,
+            state=lambda: self.engine,
+            emit=self.emit,
+            ledger=self.xids,
+            persist_engine=self.persist_engine,
+            held_seq=self.held_seq,
+            gpu=self.gpu,
+        )
+
+    def held_seq(self) -> float:
+        """The event seq every durable sink holds (math.inf when none runs: nothing to wait for)."""
+        return min((s.committed_seq for s in self.sinks.values() if isinstance(s, Durable)), default=math.inf)
+
     def sink_context(self) -> SinkContext:
         """What the sinks are built from: the config in force now, and callbacks into the agent's live state."""
         loaded = self.loaded
@@ -305,6 +349,7 @@ class Agent:
             active_conditions=lambda: list(self.engine.active.values()),
             gpus_lost=lambda: self.gpu.lost_enters() if self.gpu is not None else [],
             gpus_answering=lambda: self.gpu.answering() if self.gpu is not None else [],
+            kernel_overrides=lambda: {cr.key: cr.rule.nvsentinel for cr in self.kernel_rules},
         )
 
     def _sink_handles(self) -> None:
@@ -374,7 +419,16 @@ class Agent:
     def _install(self, loaded: LoadedConfig, rules: Rules) -> None:
         """Put ``loaded`` and its ``rules`` in force; conditions of rules they no longer have EXIT."""
         self.loaded, self.rules = loaded, rules
-        self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
+        self.kernel_rules = kmsg_service.compiled_rules(loaded.config)
+        kmsg_service.configure_ledger(self.xids, loaded.config.kernel_log)
+        self.emit(self._retire())
+
+    def _retire(self) -> list[Event]:
+        """EXIT the conditions whose rule is gone (threshold rules, and kernel-log rules while that source is on)."""
+        kept = kmsg_service.live_keys(self.loaded.config, self.kernel_rules)
+        return engine.retire_rules(
+            self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id, also_live=kept
+        )
 
     async def _sync_tasks(self) -> None:
         """Restart the tasks whose config differs from ``self.loaded``; start and stop sinks and tiers to match."""
@@ -392,6 +446,7 @@ class Agent:
             if running is None or running.fingerprint != self.tier_fingerprint(tier):
                 await sup.start(name, serve_tier, self, tier, critical=True, fingerprint=self.tier_fingerprint(tier))
         await self.sync_podresources()  # GPU pod attribution: started, stopped or re-targeted with the config
+        await self.sync_kmsg()  # the kernel-log source: started, stopped or restarted with its config
         await self.http.restart(sup, self.server_fingerprint())  # on the address the reload bound, if new
 
     async def start_http(self, socks: list[socket.socket] | None) -> None:
@@ -442,7 +497,7 @@ class Agent:
         self.load_engine()
         # Before the first event: a block of seqs reserved in stateDir (a refusal is logged; events go on regardless).
         await self.store.reserve(self.engine)
-        self.emit(engine.retire_rules(self.engine, self.rules, node=self.node, now=time.time(), new_id=new_event_id))
+        self.emit(self._retire())
         # NVML unusable: the gpu tier is skipped, or NvmlUnavailable when it is the only tier. The GPUs lost before a
         # restart come back with the engine state: still lost, no second ENTER; answering, their EXIT.
         gpu = await open_gpu(
@@ -452,6 +507,7 @@ class Agent:
             emit=self.emit,
             next_seq=self.next_seq,
             lost=self.engine.lost_gpus,
+            ledger=self.xids,
         )
         self.gpu, self.skipped_tiers = gpu.runtime, self.skipped_tiers | gpu.skipped_tiers
         async with trio.open_nursery() as root:
@@ -461,6 +517,7 @@ class Agent:
             await self.start_tasks()
             self.ready = True
             self.started.set()
+            self.after_start()
             log.info("ready: node=%s tiers=%s listening on %s", self.node, ",".join(self.active_tiers()), self.bound)
             await self.stopping.wait()
             await self._shut_down(sup, grace)

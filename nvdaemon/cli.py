@@ -153,6 +153,18 @@ def cap_malloc_arenas() -> bool:
     return bool(mallopt(M_ARENA_MAX, MALLOC_ARENAS))
 
 
+def settle_heap() -> None:
+    """Once the agent has started: collect what start-up left behind, then move every object alive (modules, the web
+    framework, the config, the collectors) out of the garbage collector's reach (``gc.freeze``). Each tick allocates
+    a few thousand objects, and every collection of the oldest generation walked the ~90,000 start-up objects that
+    never die: about 2.7 ms a tick of a core tick's 18 ms, measured with gc's callbacks on fixtures/hosts/gpunode.
+    Frozen objects are never freed, so this runs once, in ``nvdaemon run`` only (not in tests that start agents)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def _run(args: argparse.Namespace) -> int:
     from nvdaemon import logs
 
@@ -174,6 +186,7 @@ def _run(args: argparse.Namespace) -> int:
     from nvdaemon.nvml import NvmlUnavailable
 
     agent = Agent(loaded, config_path=args.config, host_root=args.host_root)
+    agent.after_start = settle_heap
     # Armed by SIGTERM/SIGINT: ends the process shutdownGraceSeconds (and a margin) later if a worker thread stuck
     # in a blocking call keeps trio.run, or the interpreter's exit, from returning (nvdaemon/shutdown.py).
     shutdown.EXIT_GUARD.start()

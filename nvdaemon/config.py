@@ -280,6 +280,40 @@ class NodeExporterConfig(_Section):
     textfile_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=256 << 20)] = 4 << 20
 
 
+class KernelRule(_Section):
+    """A kernel log pattern (kernelRules): an event per match, or a condition raised after ``count`` matches within
+    ``windowSeconds`` and cleared after ``clearAfterSeconds`` without one. Checked by ``nvdaemon/kmsg/rules.py``."""
+
+    pattern: str  # a Python regular expression, searched in each record's message
+    condition: str  # the condition's name in events (letters, digits and _)
+    severity: Literal["info", "warning", "critical"] = "warning"
+    mode: Literal["event", "condition"] = "event"
+    device: str = ""  # a named group of the pattern whose text is the event's device; "" = the node (device "kernel")
+    # A literal the message must contain before the pattern is tried (the cheap prefilter); "" = derived from the
+    # pattern's leading literal text, or none when it has none (the pattern is then tried on every record).
+    contains: str = ""
+    count: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1  # condition mode: matches within windowSeconds
+    window_seconds: Annotated[float, msgspec.Meta(gt=0, le=MAX_INTERVAL_SECONDS)] = 300.0  # also: event mode folds
+    # repeats of one (condition, device) within this window into the next event's detail.repeats
+    clear_after_seconds: Annotated[float, msgspec.Meta(gt=0, le=30 * MAX_INTERVAL_SECONDS)] = 3600.0  # condition mode
+    nvsentinel: RuleNvsentinel | None = None  # NVSentinel HealthEvent overrides (condition mode)
+
+
+class KernelLogConfig(_Section):
+    """The kernel log source: /dev/kmsg under devRoot, read as records (nvdaemon/kmsg)."""
+
+    enabled: bool = True  # an agent that cannot open it reports the source unreadable and goes on
+    lookback_seconds: Annotated[float, msgspec.Meta(ge=0, le=30 * MAX_INTERVAL_SECONDS)] = 3600.0  # after a reboot
+    # or a first start: the records at most this old are read (after a restart: every record since the last one)
+    max_records_per_second: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 2000  # parsed; the rest skipped, counted
+    max_record_bytes: Annotated[int, msgspec.Meta(ge=256, le=1 << 20)] = 8192  # longer records are cut (counted)
+    xid_merge_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 2.0  # NVML and kernel log reports of one XID
+    # within this are one event naming both
+    xid_repeat_seconds: Annotated[float, msgspec.Meta(gt=0, le=30 * MAX_INTERVAL_SECONDS)] = 3600.0  # an XID of a GPU
+    # repeated within this of the last report is counted, not sent again (a recovery signal or a reboot ends it too)
+    default_rules: bool = True  # the built-in kernelRules (OOM, hung task, oops, filesystem and I/O errors, ...)
+
+
 class Config(_Section):
     """The top level of the config file."""
 
@@ -308,6 +342,8 @@ class Config(_Section):
     node_exporter: NodeExporterConfig = msgspec.field(default_factory=NodeExporterConfig)
     dcgm_compat: DcgmCompatConfig = msgspec.field(default_factory=DcgmCompatConfig)
     smartctl_compat: Toggle = msgspec.field(default_factory=Toggle)  # smartctl_exporter's smartctl_* families
+    kernel_log: KernelLogConfig = msgspec.field(default_factory=KernelLogConfig)
+    kernel_rules: list[KernelRule] = msgspec.field(default_factory=list)  # added to the built-in ones
 
 
 class ConfigError(Exception):

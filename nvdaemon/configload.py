@@ -34,6 +34,7 @@ from nvdaemon.configcheck import (
     locate,
     path_problem,
 )
+from nvdaemon.kmsg.rules import rule_issues as kernel_rule_issues
 from nvdaemon.sinks.nvsentinel.config import normalise_xid_keys, nvsentinel_issues
 from nvdaemon.sinks.webhook.config import webhook_issues
 
@@ -121,6 +122,7 @@ def _semantic_checks(raw: dict[str, Any]) -> list[ConfigIssue]:
         issues += webhook_issues(hook, f"sinks.webhook[{i}]")  # https or loopback, one secret source, headers
     issues += nvsentinel_issues(raw)  # CUSTOM needs its text, check names, XID numbers
     issues += node_exporter_issues(_sub(raw, "nodeExporter", dict))  # collector names, regular expressions
+    issues += kernel_rule_issues(_sub(raw, "kernelRules", list))  # patterns compile; device is a named group
     gpu = _sub(raw, "gpu", dict)
     if gpu.get("backend") == "fake" and not gpu.get("fakeScenario"):
         issues.append(ConfigIssue("gpu.fakeScenario", "required with gpu.backend fake (a fixtures/nvml/*.json file)"))

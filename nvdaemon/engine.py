@@ -137,9 +137,10 @@ def _rate(counters: SeriesCounters, sample: Sample) -> float | None:
     return increase / (sample.timestamp - prev_t)
 
 
-def _event(
+def transition_event(
     state: EngineState, cond: ActiveCondition, phase: Phase, node: str, now: float, new_id: IdFactory, **extra: object
 ) -> Event:
+    """The ENTER or EXIT of ``cond`` now, with the next seq; ``extra`` joins its detail."""
     seq = draw_seq(state)
     detail: dict[str, object] = {
         "value": cond.value,
@@ -212,7 +213,7 @@ def evaluate(
                 active.value, active.last_seen, active.stale = value, now, False
                 if counters.clear >= rule.exit_for:
                     del state.active[key]
-                    events.append(_event(state, active, Phase.EXIT, node, now, new_id))
+                    events.append(transition_event(state, active, Phase.EXIT, node, now, new_id))
             elif counters.breach >= rule.enter_for:
                 cond = ActiveCondition(
                     rule_key=cr.key,
@@ -229,7 +230,7 @@ def evaluate(
                     last_seen=now,
                     pods=pods(sample.device) if pods is not None else None,
                 )
-                ev = _event(state, cond, Phase.ENTER, node, now, new_id)
+                ev = transition_event(state, cond, Phase.ENTER, node, now, new_id)
                 cond.enter_id = ev.id
                 state.active[key] = cond
                 events.append(ev)
@@ -243,17 +244,24 @@ def evaluate(
 
 
 def retire_rules(
-    state: EngineState, rules: dict[str, list[CompiledRule]], *, node: str, now: float, new_id: IdFactory
+    state: EngineState,
+    rules: dict[str, list[CompiledRule]],
+    *,
+    node: str,
+    now: float,
+    new_id: IdFactory,
+    also_live: Iterable[str] = (),
 ) -> list[Event]:
     """After a reload or restart: EXIT the active conditions whose rule no longer exists, and drop their state.
+    ``also_live``: the keys of conditions other sources own and still run (the kernel log's rules).
 
     Receivers and NVSentinel must not be left holding a condition nothing will ever clear.
     """
-    live = {cr.key for crs in rules.values() for cr in crs}
+    live = {cr.key for crs in rules.values() for cr in crs} | set(also_live)
     events = []
     for key in [k for k, c in state.active.items() if c.rule_key not in live]:
         cond = state.active.pop(key)
-        events.append(_event(state, cond, Phase.EXIT, node, now, new_id, reason="rule_removed"))
+        events.append(transition_event(state, cond, Phase.EXIT, node, now, new_id, reason="rule_removed"))
     for key in [k for k in state.series if k[0] not in live]:
         del state.series[key]
     return events

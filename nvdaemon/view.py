@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from nvdaemon.exposition import Metric
     from nvdaemon.gpu import GpuRuntime
     from nvdaemon.history.service import HistorySink
+    from nvdaemon.kmsg.source import KmsgSource
     from nvdaemon.model import Event, TierSnapshot
     from nvdaemon.sinks.stream.hub import Client, Cursor, Filters, Replay, StreamHub
 
@@ -134,6 +135,8 @@ class AgentView(Protocol):
     def stream(self) -> StreamHub | None: ...  # the websocket hub, when the stream sink is enabled
     @property
     def gpu(self) -> GpuRuntime | None: ...  # opened NVML, for the GPU pod-attribution metrics
+    @property
+    def kmsg(self) -> KmsgSource | None: ...  # the kernel-log source while it runs
     @property
     def surfaces(self) -> Surfaces: ...  # the drop-in surfaces the running config enables
 

@@ -101,7 +101,9 @@ def make_agent(tmp_path: Path, rules: str = RULE) -> Agent:
 
 def write_config(tmp_path: Path, rules: str) -> str:
     text = (
-        f"node: n1\ntiers: []\nstateDir: {tmp_path / 'state'}\nsinks: {{stream: {{enabled: false}}}}\nrules:\n{rules}"
+        f"node: n1\ntiers: []\nstateDir: {tmp_path / 'state'}\nsinks: {{stream: {{enabled: false}}}}\n"
+        "kernelLog: {enabled: false}\n"  # the host's kernel log (as root) would add events and seqs
+        f"rules:\n{rules}"
     )
     (tmp_path / "config.yaml").write_text(text)
     return text

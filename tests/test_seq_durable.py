@@ -39,6 +39,7 @@ node: n1
 tiers: []
 stateDir: {state}
 shutdownGraceSeconds: 5
+kernelLog: {{enabled: false}}  # the host's kernel log would add events (and these tests make the kernel log some)
 sinks:
   stream: {{enabled: false}}
   metrics: {{listenAddr: '127.0.0.1:0'}}

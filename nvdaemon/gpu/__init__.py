@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from nvdaemon.collectors.base import Collector
-from nvdaemon.gpu.events import gpu_lost_event, gpu_lost_exit, same_gpu, xid_event
+from nvdaemon.gpu.events import gpu_lost_event, gpu_lost_exit, same_gpu
+from nvdaemon.gpu.xid_ledger import XidLedger, pci_key
 from nvdaemon.model import Event
 from nvdaemon.nvml import (
     XID_WAIT_MS,
@@ -75,6 +76,7 @@ class GpuRuntime:
         next_seq: Callable[[], int] = lambda: 0,
         xid_wait_ms: int = XID_WAIT_MS,
         lost: dict[str, Event] | None = None,
+        ledger: XidLedger | None = None,
     ) -> None:
         self.backend = backend
         self.identities = {g.index: g for g in identities}
@@ -92,6 +94,10 @@ class GpuRuntime:
         self.lost_by_id: dict[str, Event] = lost if lost is not None else {}
         self.pod_attribution: PodAttribution | None = None  # set by the source:podresources task while it runs
         self._answering: dict[int, GpuIdentity] = {}  # gpu index -> identity, for GPUs whose last snapshot succeeded
+        # One XID, one event: NVML's reports and the kernel log's meet here (gpu/xid_ledger.py).
+        self.ledger = ledger or XidLedger(node=node, emit=emit, next_seq=next_seq, merge_seconds=0.0)
+        self.ledger.identity = self.identity_by_pci
+        self.ledger.pods = self.pods
 
     def collectors(self) -> list[Collector]:
         from nvdaemon.collectors.gpu import GpuCollector
@@ -118,22 +124,27 @@ class GpuRuntime:
         index = device.removeprefix("gpu")
         return self.pods(int(index)) if device.startswith("gpu") and index.isdigit() else None
 
+    def identity_by_pci(self, address: str) -> GpuIdentity | None:
+        """The identity of the GPU at a PCI address in any spelling (``xid_ledger.pci_key``); None: not one NVML
+        knows."""
+        key = pci_key(address)
+        return next((g for g in self.identities.values() if key and pci_key(g.pci_bus_id) == key), None)
+
     def learn(self, ident: GpuIdentity) -> None:
         if ident.uuid:
             self.identities[ident.index] = ident
 
     def on_xids(self, notices: list[XidNotice], now: float | None = None) -> list[Event]:
-        """Count the XIDs and publish one event each, straight onto the bus."""
+        """Count the XIDs and report each to the XID ledger, which publishes one event per fault (merged with the
+        kernel log's report of it, repeats folded): the events published now."""
         now = time.time() if now is None else now
         events = []
         for n in notices:
             if n.index is not None:
                 self.xid_counts[(n.index, n.xid)] += 1
                 self.last_xid[n.index] = n.xid
-            ident = self.identity(n.index)
-            events.append(xid_event(n, ident, node=self.node, seq=self.next_seq(), now=now, pods=self.pods(n.index)))
-        if events:
-            self.emit(events)
+            ident = self.identity(n.index) if n.index is not None else GpuIdentity(-1)
+            events += self.ledger.report("nvml", n.xid, now, ident=ident)
         return events
 
     def set_lost(self, ident: GpuIdentity, lost: bool, now: float, error: str = "") -> None:
@@ -211,6 +222,7 @@ async def open_gpu(
     next_seq: Callable[[], int],
     backend: NvmlBackend | None = None,
     lost: dict[str, Event] | None = None,
+    ledger: XidLedger | None = None,
 ) -> GpuStart:
     """Open NVML when ``tiers`` (those that would run) include gpu; see the module docstring for when it cannot be.
 
@@ -231,7 +243,9 @@ async def open_gpu(
             raise
         log.warning("skipping gpu tier: %s", exc)
         return GpuStart(None, frozenset({"gpu"}))
-    rt = GpuRuntime(opened, identities, node=node, driver_version=driver, emit=emit, next_seq=next_seq, lost=lost)
+    rt = GpuRuntime(
+        opened, identities, node=node, driver_version=driver, emit=emit, next_seq=next_seq, lost=lost, ledger=ledger
+    )
     log.info("gpu: %d GPU(s), driver %s", len(identities), driver or "unknown")
     return GpuStart(rt)
 

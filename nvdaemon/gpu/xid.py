@@ -44,11 +44,13 @@ async def run_xid_source(rt: GpuRuntime, task_status: trio.TaskStatus[None] = tr
         task_status.started()
         if registered == 0:
             await trio.sleep_forever()
+        rt.ledger.live.add("nvml")  # the kernel log's reports wait for NVML's (merged into one event)
         while True:
             # Not abandoned on cancel: the thread returns within one wait and only then does the loop end.
             notices = await trio.to_thread.run_sync(wait_for_xids, rt.backend, rt.xid_wait_ms, limiter=rt.limiter)
             rt.on_xids(notices)
     finally:
+        rt.ledger.live.discard("nvml")
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(rt.backend.xid_close)
 

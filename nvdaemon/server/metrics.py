@@ -33,6 +33,7 @@ from nvdaemon.compat.dcgm import pod_attributes, render_dcgm
 from nvdaemon.compat.node_exporter.surface import render_node_exporter
 from nvdaemon.compat.smartctl import render_smartctl
 from nvdaemon.exposition import header, render, sample_line
+from nvdaemon.kmsg.metrics import kmsg_metrics
 from nvdaemon.model import Kind
 from nvdaemon.server.gzip_body import GzipBody, accept_encodings, accepts_gzip
 from nvdaemon.server.self_metrics import BUILD_INFO, process_metrics, self_metrics, sink_metrics
@@ -191,6 +192,7 @@ class MetricsCache:
             self._always("tiers", lambda: render(tier_self_metrics(snaps, view.interval))),
             self._always("self", lambda: render(self_metrics(view))),
             self._always("sinks", lambda: render(sink_metrics(view))),
+            self._always("kmsg", lambda: render(kmsg_metrics(view.kmsg))),
             BUILD_INFO,
             self._always("process", lambda: render(process_metrics())),
             self._part(

@@ -125,4 +125,5 @@ def status_document(view: AgentView) -> dict[str, Any]:
         "sinks": {name: sink.state() for name, sink in sorted(view.sinks.items())},
         "bus": {"published": view.bus.published, "dropped": dict(view.bus.drop_totals)},
         "reloads": {"ok": view.reloads, "rejected": view.reload_failures},
+        "kernelLog": view.kmsg.status() if view.kmsg is not None else {"enabled": False},
     }

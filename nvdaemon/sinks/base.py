@@ -26,7 +26,7 @@ sink whose fingerprint differs from the running one's, which is then replaced.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -38,7 +38,15 @@ from nvdaemon.exposition import Metric
 from nvdaemon.model import Event
 
 if TYPE_CHECKING:  # types only: the config structs and conditions a context carries, the snapshots a sink reads
-    from nvdaemon.config import HistoryConfig, NvsentinelSink, Rule, SpoolConfig, StreamSink, WebhookSink
+    from nvdaemon.config import (
+        HistoryConfig,
+        NvsentinelSink,
+        Rule,
+        RuleNvsentinel,
+        SpoolConfig,
+        StreamSink,
+        WebhookSink,
+    )
     from nvdaemon.engine import ActiveCondition
     from nvdaemon.model import TierSnapshot
 
@@ -64,6 +72,8 @@ class SinkContext:
     active_conditions: Callable[[], Iterable[ActiveCondition]]  # the engine's active conditions now
     gpus_lost: Callable[[], list[Event]]  # the gpu_lost ENTER of every GPU lost now; [] without a GPU runtime
     gpus_answering: Callable[[], list[tuple[str, str, str]]]  # (device, uuid, PCI address) answering NVML now
+    # The kernel-log rules' NVSentinel overrides by the key their conditions carry (kmsg/rules.py)
+    kernel_overrides: Callable[[], Mapping[str, RuleNvsentinel | None]] = dict
 
 
 # ---- the protocols --------------------------------------------------------------------------------------------

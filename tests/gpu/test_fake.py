@@ -194,6 +194,7 @@ async def test_xid_reaches_the_bus_within_one_wait_and_is_counted(tmp_path: Path
             "description": "GPU has fallen off the bus",
             "gpu_uuid": "GPU-3e6f7b54-a085-4c3d-8f4b-8d9e0f1a2b34",
             "pci_bus_id": "00000000:5D:00.0",
+            "sources": ["nvml"],  # the kernel log is not read here (gpu/xid_ledger.py)
         }
         assert ev.seq == 42 == agent.engine.seq
         assert agent.event_counts[("gpu-node", "gpu", "gpu3", "gpu_xid_error", "critical", "ENTER", "79")] == 1

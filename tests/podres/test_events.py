@@ -50,6 +50,9 @@ def test_xid_and_gpu_lost_carry_the_holders_and_the_lost_exit_keeps_its_enters()
     assert (enter.phase, exit_.phase) == (Phase.ENTER, Phase.EXIT)
     assert enter.detail["pods"] == exit_.detail["pods"] == [TRAIN]
     rt.on_xids([XidNotice(0, 79)], now=4.0)
+    assert emitted[-1] is exit_  # the same XID on the same GPU again: folded into its first event, none new
+    rt.on_xids([XidNotice(0, 48)], now=4.0)
+    assert emitted[-1].detail["xid"] == 48
     assert "pods" not in emitted[-1].detail  # attribution off: unknown, no key
 
 
@@ -58,7 +61,7 @@ def test_without_attribution_events_are_unchanged() -> None:
     emitted: list[Event] = []
     rt = GpuRuntime(fake, fake.open(), node="n", emit=emitted.extend)
     rt.on_xids([XidNotice(0, 79)], now=1.0)
-    assert set(emitted[0].detail) == {"xid", "description", "gpu_uuid", "pci_bus_id"}
+    assert set(emitted[0].detail) == {"xid", "description", "gpu_uuid", "pci_bus_id", "sources"}
 
 
 def test_rule_exit_carries_the_enter_holders_across_a_restart() -> None:

@@ -37,6 +37,7 @@ class FakeView:
     history: HistorySink | None = None
     stream: StreamHub | None = None
     gpu: GpuRuntime | None = None
+    kmsg: None = None  # the kernel-log source: off
     ready: bool = False
     stopping: trio.Event = field(default_factory=trio.Event)
     started_at: float = 1_700_000_000.0

@@ -22,7 +22,7 @@ from tests.server.raw import Conn, make_server_view, serving
 SURFACES = "dcgmCompat: {enabled: true}\nsmartctlCompat: {enabled: true}\nnodeExporter: {enabled: true}\n"
 TIER_PARTS = {"core": {"hw:core", "collectors:core", "node_exporter"}, "gpu": {"hw:gpu", "collectors:gpu", "dcgm"}}
 # Parts without a version of their own, rendered on every scrape that finds the view changed.
-ALWAYS = {"tiers", "self", "sinks", "process"}
+ALWAYS = {"tiers", "self", "sinks", "kmsg", "process"}
 
 
 def tick(view: FakeView, tier: str, value: float, at: float) -> None:

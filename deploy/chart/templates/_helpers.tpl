@@ -89,7 +89,8 @@ the node is decided here for the DaemonSet, the agent's config and NOTES alike: 
 /sys (core, smart); nodeExporter, the node_exporter drop-in, whose collectors run in the core tier only (the smart
 and gpu pods get neither its config nor the host's / mounted); root, for smartctl; gpuOnly, the only case that pins
 the pods to GPU nodes (singlePod on a mixed fleet keeps one pod on every node); hostNetwork, for the core pod
-(tiers.core.hostNetwork), the core or singlePod pod (the Go chart's hostNetwork) and forced by nodeExporter.
+(tiers.core.hostNetwork), the core or singlePod pod (the Go chart's hostNetwork) and forced by nodeExporter; kmsg,
+for the one pod that reads the kernel log (nvdaemon.kmsgTier).
 */}}
 {{- define "nvdaemon.groups" -}}
 {{- $enabled := list -}}
@@ -108,6 +109,7 @@ the pods to GPU nodes (singlePod on a mixed fleet keeps one pod on every node); 
 {{- $sets = append $sets (dict "suffix" (printf "-%s" $tier) "component" $tier "state" $tier "tiers" (list $tier)) -}}
 {{- end -}}
 {{- end -}}
+{{- $kmsgTier := include "nvdaemon.kmsgTier" $ -}}
 {{- $groups := list -}}
 {{- range $g := $sets -}}
 {{- $tiers := $g.tiers -}}
@@ -121,12 +123,36 @@ the pods to GPU nodes (singlePod on a mixed fleet keeps one pod on every node); 
   "root" (has "smart" $tiers)
   "gpu" (has "gpu" $tiers)
   "gpuOnly" (eq (toJson $tiers) (toJson (list "gpu")))
+  "kmsg" (and (ne $kmsgTier "") (has $kmsgTier $tiers))
   "hostNetwork" (or
     (and (has "core" $tiers) $.Values.tiers.core.hostNetwork)
     (and (or (has "core" $tiers) $.Values.singlePod) $.Values.hostNetwork)
     (and $.Values.nodeExporter.enabled (has "core" $tiers)))) -}}
 {{- end -}}
 {{- dict "groups" $groups | toYaml -}}
+{{- end -}}
+
+{{/*
+The tier whose pod reads the kernel log (/dev/kmsg), or "" when kernelLog.enabled is false or no tier is enabled: the
+one that is named, or for auto gpu (an XID is merged with NVML's report, and mapped to its GPU, only in the process
+that runs NVML), else smart, else core. With singlePod every enabled tier is in the one pod, so that pod reads it.
+A named tier that is not enabled fails the install: no pod would read it.
+*/}}
+{{- define "nvdaemon.kmsgTier" -}}
+{{- $kl := .Values.kernelLog -}}
+{{- if $kl.enabled -}}
+{{- $pod := default "auto" $kl.pod -}}
+{{- if eq $pod "auto" -}}
+{{- range $tier := list "gpu" "smart" "core" -}}
+{{- if and (eq $pod "auto") (index $.Values.tiers $tier).enabled -}}{{- $pod = $tier -}}{{- end -}}
+{{- end -}}
+{{- if ne $pod "auto" -}}{{- $pod -}}{{- end -}}
+{{- else if (index .Values.tiers $pod).enabled -}}
+{{- $pod -}}
+{{- else -}}
+{{- fail (printf "kernelLog.pod is %s, but tiers.%s.enabled is false: no pod would read /dev/kmsg. Enable that tier, or set kernelLog.pod to auto or an enabled tier" $pod $pod) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Secret holding the inline webhook secrets (and nothing else). */}}
@@ -218,6 +244,17 @@ refs: {{ toJson $refs }}
 {{- end -}}
 {{- if $dcgm -}}{{- $_ := set $cfg "dcgmCompat" $dcgm -}}{{- end -}}
 {{- if $v.smartctlCompat.enabled -}}{{- $_ := set $cfg "smartctlCompat" (dict "enabled" true) -}}{{- end -}}
+{{- if .group.kmsg -}}
+{{- /* devRoot/kmsg: the host's /dev (smart) or its /dev/kmsg alone (daemonset.yaml) at /host/dev */ -}}
+{{- $_ := set $cfg "devRoot" "/host/dev" -}}
+{{- $kl := pick $v.kernelLog "lookbackSeconds" "maxRecordsPerSecond" "maxRecordBytes" "xidMergeSeconds" "xidRepeatSeconds" "defaultRules" -}}
+{{- $_ := set $kl "enabled" true -}}
+{{- $_ := set $cfg "kernelLog" (deepCopy $kl) -}}
+{{- with $v.kernelLog.rules -}}{{- $_ := set $cfg "kernelRules" (deepCopy .) -}}{{- end -}}
+{{- else -}}
+{{- /* the agent's default is on: a pod not meant to read it must not report it unreadable */ -}}
+{{- $_ := set $cfg "kernelLog" (dict "enabled" false) -}}
+{{- end -}}
 {{- $sinks := dict "metrics" (dict "enabled" true "listenAddr" (printf "%s:%d" (include "nvdaemon.bindHost" $v.metrics.bindAddress) (int $v.metrics.port))) -}}
 {{- $hooks := list -}}
 {{- range $i, $hook := $v.webhooks -}}

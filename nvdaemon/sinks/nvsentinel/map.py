@@ -329,6 +329,48 @@ def lost_health(rec: LostGpu, *, strategy: str = DEFAULT_STRATEGY) -> Health:
     )
 
 
+SXID_CONDITION = "nvswitch_sxid_error"  # kmsg/faults.py's condition names (not imported: map.py stays pure data)
+FALLEN_CONDITION = "gpu_fallen_off"
+_KMSG_COMPONENTS = (
+    (("nvme_", "filesystem_", "block_io"), "Disk"),
+    (("memory_read", "hardware_error_cper"), "Memory"),
+    (("machine_check",), "CPU"),
+)
+
+
+def kmsg_health(
+    cond: ActiveCondition, *, overrides: RuleNvsentinel | None = None, strategy: str = DEFAULT_STRATEGY
+) -> Health:
+    """A kernel-log condition (nvdaemon/kmsg/faults.py). An SXID as NVSentinel's syslog monitor sends one
+    (``SysLogsSXIDError``: errorCode the SXID, entities NVSWITCH, PCI and NVLINK, fatal as the line says, then
+    CONTACT_SUPPORT) under ``NvdaemonNvswitchSxidError``; a GPU fallen off the bus that no NVML in this process knows
+    as ``NvdaemonGpuFallenOff`` keyed by its PCI address; a ``kernelRules`` condition as a threshold rule's, with
+    its ``nvsentinel`` overrides and a component class from its condition name."""
+    labels = dict(cond.labels)
+    if cond.condition == SXID_CONDITION:
+        fatal = cond.severity == "critical"
+        switch = cond.device.removeprefix("nvswitch")
+        return Health(
+            check_name=CHECK_PREFIX + "NvswitchSxidError",
+            component_class="GPU",
+            is_fatal=fatal,
+            recommended_action="CONTACT_SUPPORT" if fatal else "NONE",
+            error_code=(labels.get("sxid", ""),),
+            entities=(Entity("NVSWITCH", switch),),
+            processing_strategy=strategy,
+            message=f"SXID {labels.get('sxid', '')} on {cond.device}",
+            metadata={"condition": cond.condition, "device": cond.device},
+        )
+    if cond.condition == FALLEN_CONDITION:  # the device is the GPU's PCI address
+        lost = lost_health(LostGpu(cond.device, pci=cond.device, error="kernel log"), strategy=strategy)
+        return msgspec.structs.replace(lost, metadata={"condition": cond.condition, "device": cond.device})
+    component = next((c for prefixes, c in _KMSG_COMPONENTS if cond.condition.startswith(prefixes)), "Node")
+    o = overrides or RuleNvsentinel()
+    if not o.component_class:
+        o = msgspec.structs.replace(o, component_class=component)
+    return rule_health(cond, op=">=", overrides=o, strategy=strategy)
+
+
 def _rank(h: Health) -> tuple[bool, bool]:
     return (h.is_fatal, h.recommended_action != "NONE")
 

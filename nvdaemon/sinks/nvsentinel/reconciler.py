@@ -41,9 +41,11 @@ import msgspec
 import trio
 
 from nvdaemon.backoff import backoff, plus_minus
-from nvdaemon.config import NvsentinelSink, Rule
+from nvdaemon.config import NvsentinelSink, Rule, RuleNvsentinel
 from nvdaemon.engine import ActiveCondition
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
+from nvdaemon.gpu.xid_ledger import RECOVERED_CONDITION, pci_key
+from nvdaemon.kmsg.rules import KEY_PREFIX as KMSG_KEY_PREFIX
 from nvdaemon.model import Event, Phase, new_event_id
 from nvdaemon.sinks.nvsentinel.hold import Holds
 from nvdaemon.sinks.nvsentinel.map import (
@@ -55,6 +57,7 @@ from nvdaemon.sinks.nvsentinel.map import (
     Key,
     LostGpu,
     XidRecord,
+    kmsg_health,
     lost_check,
     lost_health,
     merge,
@@ -186,6 +189,9 @@ class Reconciler:
         if ev.condition == LOST_CONDITION:
             self._note_lost(ev)
             return
+        if ev.condition == RECOVERED_CONDITION:
+            self._note_recovered(ev)
+            return
         if ev.condition != XID_CONDITION or ev.phase is not Phase.ENTER:
             return
         rec = xid_record(ev)
@@ -196,6 +202,20 @@ class Reconciler:
         if key not in self.xids:
             self.xids[key] = rec
             self.dirty = True
+
+    def _note_recovered(self, ev: Event) -> None:
+        """A recovery signal of the kernel log (gpu/xid_ledger.py): the XIDs it names on that GPU clear now, not
+        only at the next reboot."""
+        d = ev.detail
+        pci, uuid = pci_key(str(d.get("pci_bus_id") or "")), str(d.get("gpu_uuid") or "")
+        named = d.get("xids")
+        xids = {x for x in named if isinstance(x, int)} if isinstance(named, list) else set()
+        for key, rec in list(self.xids.items()):
+            same_gpu = (pci and pci_key(rec.pci or rec.device) == pci) or (uuid and rec.uuid == uuid)
+            if same_gpu and rec.xid in xids:
+                del self.xids[key]
+                self.dirty = True
+                log.info("nvsentinel: XID %d on %s cleared (%s)", rec.xid, rec.pci or rec.device, d.get("signal"))
 
     def _note_lost(self, ev: Event) -> None:
         rec = lost_record(ev)
@@ -224,11 +244,21 @@ class Reconciler:
                     log.info("nvsentinel: %s (%s) answers again", g.device, g.uuid or g.pci or device)
 
     # ---- desired -----------------------------------------------------------------------------------------------
-    def desired(self, conditions: Iterable[ActiveCondition], rules: Mapping[str, Rule]) -> dict[Key, Health]:
+    def desired(
+        self,
+        conditions: Iterable[ActiveCondition],
+        rules: Mapping[str, Rule],
+        kernel: Mapping[str, RuleNvsentinel | None] | None = None,
+    ) -> dict[Key, Health]:
+        """``kernel``: the kernel-log rules' NVSentinel overrides by condition key (``kmsg_health``)."""
         strategy = self.settings.processing_strategy
         healths: list[Health] = []
         for cond in conditions:
             if cond.condition == XID_CONDITION:
+                continue
+            if cond.rule_key.startswith(KMSG_KEY_PREFIX):
+                kernel_overrides = (kernel or {}).get(cond.rule_key)
+                healths.append(kmsg_health(cond, overrides=kernel_overrides, strategy=strategy))
                 continue
             rule = rules.get(cond.rule_key)
             healths.append(

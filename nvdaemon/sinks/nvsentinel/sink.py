@@ -50,6 +50,7 @@ class NvsentinelHealthSink(BusSubscriber, ObservableDefaults):
         self._active = ctx.active_conditions
         self._gpus_lost = ctx.gpus_lost
         self._gpus_answering = ctx.gpus_answering
+        self._kernel_overrides = ctx.kernel_overrides
         self.reconciler = reconciler or Reconciler(
             self.settings,
             node=self.node,
@@ -89,7 +90,7 @@ class NvsentinelHealthSink(BusSubscriber, ObservableDefaults):
         # A GPU lost before a restart of the agent clears once it answers in this one.
         rec.gpus_answering(self._gpus_answering())
         keyed, checks = self._by_rules(rules)
-        return rec.desired(self._active(), keyed), checks
+        return rec.desired(self._active(), keyed, self._kernel_overrides()), checks
 
     async def tick(self) -> None:
         desired, checks = self._inputs()
