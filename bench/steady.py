@@ -13,8 +13,9 @@ fixture disks of ``fixtures/hosts/disks`` under dev/):
 - *theirs*: node_exporter (every collector, the oracle's flags) on the same host root.
 
 How it scales: it does not. Both agents tick at the real default interval (15 s) and all three are scraped every
-15 s (Prometheus scrapes every 15-30 s), each scrape on a new connection (the agent closes an idle keep-alive
-connection after 10 s, server.idleTimeoutSeconds, so Prometheus reconnects too). CPU (utime+stime from
+15 s (Prometheus scrapes every 15-30 s) with Prometheus's headers (gzip asked, so both sides compress), each scrape
+on a new connection (the agent closes an idle keep-alive connection after 10 s, server.idleTimeoutSeconds, so
+Prometheus reconnects too). CPU (utime+stime from
 /proc/<pid>/stat) is taken over a window of STEADY seconds (``BENCH_STEADY_SECONDS``, 300 by default, rounded to
 whole 15 s intervals), so per hour is CPU x 3600 / window with no factor for ticks or scrapes.
 
@@ -111,14 +112,15 @@ def full_config(receiver: Receiver, socket: Path, token: Path) -> dict[str, Any]
     }
 
 
-def get_metrics(port: int) -> bytes:
-    """One GET /metrics on a new connection (as Prometheus after an idle close)."""
+def get_metrics(port: int, who: str = "") -> bytes:
+    """One GET /metrics on a new connection (as Prometheus after an idle close), with Prometheus's headers (gzip
+    asked: both sides compress, as they do for Prometheus); the exposition, decompressed."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        conn.request("GET", "/metrics", headers={"Accept": "text/plain"})
-        return conn.getresponse().read()
+        answer = scrape_bench.scrape(conn)
     finally:
         conn.close()
+    return answer.page(who or f"127.0.0.1:{port}")
 
 
 def tick_stamps(body: bytes) -> list[tuple[str, str]]:
@@ -154,7 +156,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
             targets["theirs"] = (ne.pid, ne.port)
 
         def scrape_all() -> dict[str, bytes]:
-            return {who: get_metrics(port) for who, (_, port) in targets.items()}
+            return {who: get_metrics(port, who) for who, (_, port) in targets.items()}
 
         def sleep_until(at: float) -> None:
             time.sleep(max(0.0, at - time.monotonic()))
@@ -176,7 +178,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
             sleep_until(at)
             for who, (_, port) in targets.items():
                 t0 = time.perf_counter()
-                body = get_metrics(port)
+                body = get_metrics(port, who)
                 slowest[who] = max(slowest[who], time.perf_counter() - t0)
                 if who == "full":
                     for tier, stamp in tick_stamps(body):
@@ -187,7 +189,9 @@ def run() -> tuple[list[Row], dict[str, Any]]:
         measured = time.monotonic() - began
         cpu = {who: cpu_seconds(pid) - cpu0[who] for who, (pid, _) in targets.items()}
         raw: dict[str, Any] = {
-            "steady_method": "real 15 s ticks, each scraped every 15 s (new connection); CPU x 3600 / window, unscaled",
+            "steady_method": (
+                "real 15 s ticks, each scraped every 15 s (new connection, gzip asked); CPU x 3600 / window, unscaled"
+            ),
             "steady_interval_s": INTERVAL,
             "steady_window_s": measured,  # not steady_seconds: make bench records each section's own time under that
             "steady_scrapes_each": scrapes,

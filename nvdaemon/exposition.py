@@ -20,6 +20,7 @@ A wire format, not a collector: it reads no file and imports nothing of the agen
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -129,10 +130,23 @@ def label_name(name: str) -> str:
 
 def sample_line(name: str, labels: dict[str, str], value: float) -> str:
     """``name{k="v",...} value\\n``, labels sorted by name."""
+    return f"{series_text(name, labels)}{format_value(value)}\n"
+
+
+def series_text(name: str, labels: dict[str, str]) -> str:
+    """``name{k="v",...} ``: a sample line up to its value, labels sorted by name (what a renderer that keeps the
+    lines of a series across renders keeps)."""
     if not labels:
-        return f"{name} {format_value(value)}\n"
+        return name + " "
     pairs = ",".join(f'{label_name(k)}="{escape_label_value(labels[k])}"' for k in sorted(labels))
-    return f"{name}{{{pairs}}} {format_value(value)}\n"
+    return f"{name}{{{pairs}}} "
+
+
+def same_text(value: float, before: float) -> bool:
+    """Whether ``value`` is spelled as ``before`` was, for a renderer that reuses a series' line when its value
+    did not change: equal, and not zeros of different signs (``0.0 == -0.0``, but they are written apart). NaN is
+    never equal, so it is always spelled again (as ``NaN``)."""
+    return value == before and (value != 0 or math.copysign(1.0, value) == math.copysign(1.0, before))
 
 
 def header(name: str, documentation: str, typ: str) -> str:

@@ -36,6 +36,7 @@ from nvdaemon.collectors.base import (
     read_attr,
 )
 from nvdaemon.collectors.bounds import label_value
+from nvdaemon.collectors.static_attrs import StaticAttrs
 from nvdaemon.model import Kind, Sample, make_labels
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,9 @@ Reader = Callable[[str], str]  # a file's text, by its path (a string: cheaper t
 _ZONE = re.compile(r"intel-rapl:[0-9]+(?::[0-9]+)?", re.ASCII)
 _UINT = re.compile(r"[0-9]{1,25}", re.ASCII)
 PERMISSION_MESSAGE = "energy_uj: permission denied (root-only since CVE-2020-8694)"
+# A zone's ``name`` is set when the powercap driver registers it and never changes: read once per zone directory
+# (with the default reader; an injected one is asked every time). 0.12 -> 0.06 ms a tick for 4 zones.
+NAMES = StaticAttrs()
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,13 @@ class RaplCollector(Collector):
     def _zone_name(self, zone: str, path: str, errors: list[str]) -> str:
         """The zone's ``name`` file, or "" when it is missing (silently) or unreadable (listed in ``errors``)."""
         try:
-            return label_value(self._read(f"{path}/name").strip(), f"{zone}/name")
+            if self._read is read_attr:
+                text = NAMES.device(path).read("name")
+                if text is None:
+                    return ""
+            else:
+                text = self._read(f"{path}/name")
+            return label_value(text.strip(), f"{zone}/name")
         except NotPresent:
             return ""
         except OSError as exc:

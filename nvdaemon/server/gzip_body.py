@@ -14,11 +14,13 @@ from collections.abc import Iterable
 from werkzeug.datastructures import Accept
 from werkzeug.http import parse_accept_header
 
-# Level 6 (zlib's default). One compression of the gpunode fixture page with the node_exporter surface on (30
-# collectors, 159,599 bytes): level 1 gave 27,297 bytes in 0.55 ms, level 6 23,063 bytes in 1.6 ms (level 9: 22,701
+# Level 5. One compression of the gpunode fixture page with the node_exporter surface on (30 collectors, 159,599
+# bytes): level 1 gave 27,297 bytes in 0.55 ms, level 6 (zlib's default) 23,063 bytes in 1.6 ms (level 9: 22,701
 # bytes, 3.5 ms). The time is paid once per changed page (at most once per tick), the size on every scrape by every
-# scraper, so the 15 % fewer bytes are worth the extra millisecond.
-LEVEL = 6
+# scraper, so level 1's 15 % more bytes are not worth its millisecond. Level 5 is the knee: on that page (158,303
+# bytes) 23,002 bytes in 1.13 ms against level 6's 22,777 in 1.65 ms (level 4: 24,014 bytes, 0.87 ms; median of 60
+# compressions): 1 % more bytes on the wire for a third less compression time, half a millisecond per tick.
+LEVEL = 5
 
 
 def accept_encodings(values: Iterable[str]) -> Accept:

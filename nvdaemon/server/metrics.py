@@ -25,14 +25,16 @@ count is its spool drops and dead letters plus what it lost on the bus; for the 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from nvdaemon.catalogue import help_for
 from nvdaemon.compat.dcgm import pod_attributes, render_dcgm
-from nvdaemon.compat.node_exporter.surface import render_node_exporter
+from nvdaemon.compat.node_exporter.family import SeriesRenderer
+from nvdaemon.compat.node_exporter.surface import surface_families
 from nvdaemon.compat.smartctl import render_smartctl
-from nvdaemon.exposition import header, render, sample_line
+from nvdaemon.exposition import format_value, header, render, same_text, series_text
 from nvdaemon.kmsg.metrics import kmsg_metrics
 from nvdaemon.model import Kind
 from nvdaemon.server.gzip_body import GzipBody, accept_encodings, accepts_gzip
@@ -99,12 +101,55 @@ class HwFamily:
         self.lines: list[str] = []
 
 
+class SeriesLines:
+    """The sample lines one part wrote in its previous render, by series, so that the next render of a series whose
+    value did not change costs a lookup, and of one whose value did, the value's spelling only.
+
+    Measured on the gpunode fixture's core tier (266 ``nodevitals_hw_*`` samples, 41 collector statuses; median of
+    10 successive snapshots x 20): hw_families from 0.70 ms to 0.15 ms (0.35 ms with every value changed),
+    status_lines from 0.19 ms to 0.09 ms.
+    Bounded: a render keeps only the series it wrote (``done``), so a series that went (a container's veth) is
+    forgotten one render later.
+    """
+
+    __slots__ = ("_before", "_now")
+
+    def __init__(self) -> None:
+        self._before: dict[Hashable, tuple[float, str, int]] = {}  # key -> (value, line, length before the value)
+        self._now: dict[Hashable, tuple[float, str, int]] = {}
+
+    def line(self, key: Hashable, value: float, name: str, labels: Callable[[], dict[str, str]]) -> str:
+        """``sample_line(name, labels(), value)``, ``key`` standing for ``name`` and the labels."""
+        entry = self._before.get(key)
+        if entry is None:
+            text = series_text(name, labels())
+            entry = (value, text + format_value(value) + "\n", len(text))
+        elif not same_text(value, entry[0]):
+            entry = (value, entry[1][: entry[2]] + format_value(value) + "\n", entry[2])
+        self._now[key] = entry
+        return entry[1]
+
+    def __len__(self) -> int:
+        """How many series it keeps: those of the previous render."""
+        return len(self._before)
+
+    def done(self) -> None:
+        """The render is complete: what it wrote is what the next one may reuse."""
+        self._before, self._now = self._now, {}
+
+
 def hw_families(
-    node: str, tier: str, samples: Sequence[Sample], labelnames: tuple[str, ...] = (), only: str = ""
+    node: str,
+    tier: str,
+    samples: Sequence[Sample],
+    labelnames: tuple[str, ...] = (),
+    only: str = "",
+    memo: SeriesLines | None = None,
 ) -> dict[str, HwFamily]:
     """The ``nodevitals_hw_*`` families of one tier's samples, in first-seen order (``only``: that metric's, under
-    ``labelnames``)."""
+    ``labelnames``); ``memo``: the lines of this tier's previous render."""
     families: dict[str, HwFamily] = {}
+    lines = memo if memo is not None else SeriesLines()
     for s in samples:
         if only and s.metric != only:
             continue
@@ -112,18 +157,27 @@ def hw_families(
         if fam is None:
             names = labelnames or ("node", "tier", "device", *(k for k, _ in s.labels))
             fam = families[s.metric] = HwFamily(exposed_as_counter(s.metric, s.kind), names)
-        values = (node, tier, s.device, *(v for _, v in s.labels))
-        fam.lines.append(sample_line(PREFIX + s.metric, dict(zip(fam.labelnames, values, strict=False)), s.value))
+
+        def labels(fam: HwFamily = fam, s: Sample = s) -> dict[str, str]:  # only for a series not seen last time
+            return dict(zip(fam.labelnames, (node, tier, s.device, *(v for _, v in s.labels)), strict=False))
+
+        key = (s.metric, s.device, s.labels, fam.labelnames, node, tier)  # what the line is made of, but the value
+        fam.lines.append(lines.line(key, s.value, PREFIX + s.metric, labels))
+    lines.done()
     return families
 
 
-def status_lines(snap: TierSnapshot) -> tuple[str, ...]:
-    """One tier's lines of each collector status family (STATUS_FAMILIES' order), collectors sorted by name."""
+def status_lines(snap: TierSnapshot, memo: SeriesLines | None = None) -> tuple[str, ...]:
+    """One tier's lines of each collector status family (STATUS_FAMILIES' order), collectors sorted by name;
+    ``memo``: the lines of this tier's previous render."""
     statuses = sorted(snap.collectors.items())
-    return tuple(
-        "".join(sample_line(name, {"collector": c}, value(st)) for c, st in statuses)
+    lines = memo if memo is not None else SeriesLines()
+    out = tuple(
+        "".join(lines.line((name, c), value(st), name, partial(dict, collector=c)) for c, st in statuses)
         for name, _, _, value in STATUS_FAMILIES
     )
+    lines.done()
+    return out
 
 
 class MetricsCache:
@@ -137,6 +191,10 @@ class MetricsCache:
         self._parts: dict[str, tuple[tuple[object, ...], tuple[object, ...], Any]] = {}
         self.renders: Counter[str] = Counter()  # part -> times rendered
         self._gzip = GzipBody()
+        # The lines of the previous render of the parts redone every tick, by series (bounded by each part's
+        # series: see SeriesLines and SeriesRenderer): part name -> lines, and the node_* surface's.
+        self._series: dict[str, SeriesLines] = {}
+        self._node_series = SeriesRenderer()
 
     def _part(self, name: str, refs: tuple[object, ...], values: tuple[object, ...], make: Callable[[], Any]) -> Any:
         cached = self._parts.get(name)
@@ -208,10 +266,17 @@ class MetricsCache:
                 "node_exporter",
                 (core,),
                 (on.node_exporter,),
-                lambda: render_node_exporter(core, enabled=on.node_exporter),
+                lambda: self._node_exporter(core, enabled=on.node_exporter),
             ),
         ]
         return b"".join(parts)
+
+    def _node_exporter(self, core: TierSnapshot | None, *, enabled: bool) -> bytes:
+        """``render_node_exporter``, with the series texts of the previous render kept (``SeriesRenderer``)."""
+        if not enabled or core is None:
+            self._node_series = SeriesRenderer()  # what an earlier render kept is not needed any more
+            return b""
+        return self._node_series.render(surface_families(core))
 
     def _always(self, name: str, make: Callable[[], str]) -> bytes:
         """A part without a version of its inputs: rendered on every scrape that finds the view changed."""
@@ -241,7 +306,7 @@ class MetricsCache:
     def _hw_tier(self, tier: str, snap: TierSnapshot) -> dict[str, HwFamily]:
         node = self.view.node
         families: dict[str, HwFamily] = self._part(
-            f"hw:{tier}", (snap,), (node,), lambda: hw_families(node, tier, snap.samples)
+            f"hw:{tier}", (snap,), (node,), lambda: hw_families(node, tier, snap.samples, memo=self._memo(f"hw:{tier}"))
         )
         return families
 
@@ -255,5 +320,14 @@ class MetricsCache:
         return "".join(out).encode()
 
     def _status_tier(self, tier: str, snap: TierSnapshot) -> tuple[str, ...]:
-        lines: tuple[str, ...] = self._part(f"collectors:{tier}", (snap,), (), lambda: status_lines(snap))
+        lines: tuple[str, ...] = self._part(
+            f"collectors:{tier}", (snap,), (), lambda: status_lines(snap, self._memo(f"collectors:{tier}"))
+        )
         return lines
+
+    def _memo(self, part: str) -> SeriesLines:
+        """The series lines of ``part``'s previous render (one per tier and part: a handful)."""
+        memo = self._series.get(part)
+        if memo is None:
+            memo = self._series[part] = SeriesLines()
+        return memo

@@ -9,16 +9,26 @@ import trio
 from nvdaemon.config import KernelRule, RuleNvsentinel
 from nvdaemon.engine import EngineState
 from nvdaemon.gpu.xid_ledger import XidLedger
+from nvdaemon.kmsg import faults, rules
 from nvdaemon.kmsg.faults import KernelFaults
 from nvdaemon.kmsg.gpu_lines import parse_gpu_line
 from nvdaemon.kmsg.rules import compile_rule
 from nvdaemon.model import Event
+from nvdaemon.sinks.nvsentinel import map as nvsentinel_map
 from nvdaemon.sinks.nvsentinel.map import Entity, kmsg_health
 from tests.nvsentinel.conftest import MakeReconciler
 from tests.nvsentinel.connector import FakeConnector
 
 SXID_LINE = "nvidia-nvswitch2: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 30 sourcetrack timeout error"
 NONFATAL_SXID = "nvidia-nvswitch2: SXid (PCI:0000:c3:00.0): 20009, Non-fatal, Link 28 RX Short Error Rate"
+
+
+def test_the_sink_names_the_kernel_logs_conditions_as_the_source_does() -> None:
+    assert nvsentinel_map.KMSG_KEY_PREFIX == rules.KEY_PREFIX
+    assert (nvsentinel_map.SXID_CONDITION, nvsentinel_map.FALLEN_CONDITION) == (
+        faults.SXID_CONDITION,
+        faults.FALLEN_CONDITION,
+    )
 
 
 def sxid_condition(line: str) -> EngineState:

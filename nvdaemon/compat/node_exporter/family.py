@@ -13,7 +13,7 @@ import math
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from nvdaemon.collectors.bounds import LABEL_MAX
 from nvdaemon.exposition import escape_help, escape_label_value
@@ -42,7 +42,8 @@ class Family:
     def add(self, value: float, labels: Mapping[str, str] | None = None, **kw: str) -> Family:
         """One more sample; ``ParseError`` past ``SAMPLES_MAX`` samples or with a label value over ``LABEL_MAX``."""
         items = ({**labels, **kw} if kw else labels).items() if labels else kw.items()
-        pairs = tuple(sorted(items))
+        # Most samples have one label (device, cpu, chip): nothing to sort (sorted() was a fifth of this method).
+        pairs = tuple(sorted(items)) if len(items) > 1 else tuple(items)
         if len(self.samples) >= SAMPLES_MAX:
             raise ParseError(f"{self.name}: more than {SAMPLES_MAX} samples")
         for key, text in pairs:
@@ -128,61 +129,157 @@ def label_text(pairs: Iterable[tuple[str, str]]) -> str:
 
 
 def merge(families: Iterable[Family]) -> dict[str, Family]:
-    """Families by name; same-named families from several collectors are joined (first HELP and type win)."""
+    """Families by name; same-named families from several collectors are joined (first HELP and type win).
+
+    None of ``families`` is changed: one alone under its name is in the result as it is, those joined are copied
+    first (copying every one, as before, made surface_families 0.12 ms instead of 0.06 on the gpunode fixture)."""
     out: dict[str, Family] = {}
+    joined: set[str] = set()
     for fam in families:
         have = out.get(fam.name)
         if have is None:
-            out[fam.name] = Family(fam.name, fam.help, fam.type, list(fam.samples), fam.suffixed)
-        else:
-            have.samples.extend(fam.samples)
-            have.suffixed = have.suffixed or fam.suffixed
+            out[fam.name] = fam
+            continue
+        if fam.name not in joined:
+            joined.add(fam.name)
+            have = out[fam.name] = Family(have.name, have.help, have.type, list(have.samples), have.suffixed)
+        have.samples.extend(fam.samples)
+        have.suffixed = have.suffixed or fam.suffixed
     return out
 
 
 def render(families: Mapping[str, Family]) -> bytes:
     """The text exposition (format 0.0.4) of ``families``; a family with no sample is left out, as Go does."""
-    lines: list[str] = []
-    append = lines.append
-    fmt = go_float
-    esc = escape_label_value
-    for name in sorted(families):
-        fam = families[name]
-        if not fam.samples:
-            continue
-        append(f"# HELP {name} {escape_help(fam.help)}")
-        append(f"# TYPE {name} {fam.type}")
-        previous: tuple[tuple[str, str], ...] | None = None
-        # Samples copied from another family (a textfile's, joined across files) may carry SUFFIX without this
-        # family's flag: a summary or histogram is always looked at.
-        suffixed = fam.suffixed or fam.type in ("summary", "histogram")
-        # A stable sort puts a duplicate series right after its first instance, which is the one kept: the Go
-        # registry refuses a duplicate series, and so do we.
-        for labels, value in sorted(fam.samples, key=_labels_of):
-            if labels == previous:
+    return SeriesRenderer().render(families)
+
+
+Labels = tuple[tuple[str, str], ...]
+# One series of the previous render: [rank in its family's sorted order, value, line, length of the line before the
+# value]. A list, updated in place when only the value changed.
+Entry = list[Any]
+
+
+class SeriesRenderer:
+    """``render`` that keeps each series' text from its previous call, for a page rendered again every tick.
+
+    Between two ticks of a host the series are the same and most values too, so what ``render`` rebuilds per
+    sample (the ``name{labels} `` text, the value's spelling, the sort by label values) is looked up instead: per
+    family, label pairs -> ``Entry`` (rank, the series' place in the family's sorted order; value; line).
+    On the gpunode fixture's node_* page (327 families, 1,143 samples, 158 KB) this took a render from 1.6 ms to
+    0.6 ms (medians over 10 successive snapshots x 20), and from 2.3 to 1.8 ms with every value changed (fractions
+    spelled again). Memory stays bounded by the page: a family's table is the
+    previous render's series only (one that went, such as a container's veth, is dropped by the next render), and
+    a family not rendered is dropped with its table.
+    """
+
+    def __init__(self) -> None:
+        # family name -> (HELP, type, suffixed, header lines, series table: label pairs -> Entry)
+        self._families: dict[str, tuple[str, str, bool, str, dict[Labels, Entry]]] = {}
+
+    def __len__(self) -> int:
+        """How many series it keeps: those of the previous render."""
+        return sum(len(kept[4]) for kept in self._families.values())
+
+    def render(self, families: Mapping[str, Family]) -> bytes:
+        previous = self._families
+        kept: dict[str, tuple[str, str, bool, str, dict[Labels, Entry]]] = {}
+        lines: list[str] = []
+        for name in sorted(families):
+            fam = families[name]
+            if not fam.samples:
                 continue
-            previous = labels
-            sample_name, shown = name, labels
-            if suffixed:
-                suffix = next((v for k, v in labels if k == SUFFIX), "")
-                if suffix:
-                    sample_name = name + suffix
-                    shown = tuple((k, v) for k, v in labels if k != SUFFIX)
-            # go_float's common case inline (a count below 1e6, not -0), as it is most of the samples
-            text = (
-                str(int(value))
-                if type(value) is float
-                and value.is_integer()
-                and -1e6 < value < 1e6
-                and (value or math.copysign(1.0, value) > 0)
-                else fmt(value)
-            )
-            if shown:
-                body = ",".join([f'{k}="{esc(v)}"' for k, v in shown])
-                append(f"{sample_name}{{{body}}} {text}")
+            # What a series' text is made of, but its labels and value: the family's name, HELP, type, and
+            # whether a SUFFIX label is looked for (Samples copied from another family, a textfile's joined across
+            # files, may carry SUFFIX without the family's flag: a summary or histogram is always looked at.)
+            suffixed = fam.suffixed or fam.type in ("summary", "histogram")
+            cached = previous.get(name)
+            if cached is not None and cached[:3] == (fam.help, fam.type, suffixed):
+                head, series = cached[3], cached[4]
             else:
-                append(f"{sample_name} {text}")
-    return ("\n".join(lines) + "\n").encode() if lines else b""
+                head, series = f"# HELP {name} {escape_help(fam.help)}\n# TYPE {name} {fam.type}", {}
+            lines.append(head)
+            kept[name] = (fam.help, fam.type, suffixed, head, _render_samples(name, fam, suffixed, series, lines))
+        self._families = kept
+        return ("\n".join(lines) + "\n").encode() if lines else b""
+
+
+def _render_samples(
+    name: str, fam: Family, suffixed: bool, series: dict[Labels, Entry], lines: list[str]
+) -> dict[Labels, Entry]:
+    """Append the sample lines of ``fam`` (sorted by label values, a duplicate series after its first dropped, as
+    the Go registry refuses it) to ``lines``; returns the series table for the next render."""
+    # The same series as last time (the common case): their entries, in input order, sorted by rank (ints, not
+    # label tuples) when the input is not in order already. One labels' entry is one object: a duplicate is the
+    # entry seen just before it once sorted (the sort is stable, so the first instance stays first).
+    known: list[tuple[int, Entry, float]] = []
+    last = -1
+    in_order = True
+    for labels, value in fam.samples:
+        entry = series.get(labels)
+        if entry is None:
+            break
+        rank = entry[0]
+        if rank <= last:
+            in_order = False
+        last = rank
+        known.append((rank, entry, value))
+    else:
+        if not in_order:
+            known.sort(key=_labels_of)  # the rank
+            seen: Entry | None = None
+            unique = []
+            for row in known:
+                if row[1] is not seen:
+                    unique.append(row)
+                    seen = row[1]
+            known = unique
+        if len(known) == len(series):
+            for _, entry, value in known:
+                before = entry[1]
+                # An equal value has the same text, but for 0 and -0 (equal, and spelled apart).
+                if value != before or (not value and math.copysign(1.0, value) != math.copysign(1.0, before)):
+                    entry[2] = entry[2][: entry[3]] + _value_text(value)
+                    entry[1] = value
+                lines.append(entry[2])
+            return series
+    # Series came or went: sort by label values and build the table again (reusing the texts known).
+    table: dict[Labels, Entry] = {}
+    previous: Labels | None = None
+    for labels, value in sorted(fam.samples, key=_labels_of):
+        if labels == previous:
+            continue
+        previous = labels
+        entry = series.get(labels)  # new entries: the old table keeps its ranks whatever happens here
+        if entry is None:
+            prefix = _series_text(name, labels, suffixed)
+            line, cut = prefix + _value_text(value), len(prefix)
+        elif value != entry[1] or (not value and math.copysign(1.0, value) != math.copysign(1.0, entry[1])):
+            line, cut = entry[2][: entry[3]] + _value_text(value), entry[3]
+        else:
+            line, cut = entry[2], entry[3]
+        table[labels] = [len(table), value, line, cut]
+        lines.append(line)
+    return table
+
+
+def _series_text(name: str, labels: Labels, suffixed: bool) -> str:
+    """``name{k="v",...} `` of one series; a summary's or histogram's SUFFIX moved from its labels to its name."""
+    shown = labels
+    if suffixed:
+        suffix = next((v for k, v in labels if k == SUFFIX), "")
+        if suffix:
+            name += suffix
+            shown = tuple((k, v) for k, v in labels if k != SUFFIX)
+    if not shown:
+        return name + " "
+    return name + "{" + ",".join([f'{k}="{escape_label_value(v)}"' for k, v in shown]) + "} "
+
+
+def _value_text(value: float) -> str:
+    # go_float's common case inline (a count below 1e6, not -0), as it is most of the samples
+    if type(value) is float and value.is_integer() and -1e6 < value < 1e6 and (value or math.copysign(1.0, value) > 0):
+        return str(int(value))
+    return go_float(value)
 
 
 _labels_of = operator.itemgetter(0)

@@ -8,21 +8,25 @@ divided by the 4 lanes, so they are multiplied by 4 into bytes. ``hw_counters/``
 
 A counter file that does not parse fails the collector, except the ``N/A (no PMA)`` some drivers show; a missing
 ``class/infiniband`` is no data. Everything is read before anything is exported, as node_exporter does.
+
+``board_id``, ``fw_ver`` and ``hca_type`` are read once per HCA (``static_attrs``): the driver sets the board and
+type at registration, and a new firmware only runs after a reset that unregisters the HCA and registers it again
+(a new directory, read afresh). A port's state, rate and counters are read every time.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import os
 import struct
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from nvdaemon.collectors.base import NotPresent, ParseError
+from nvdaemon.collectors.base import NotPresent, ParseError, read_attr
+from nvdaemon.collectors.static_attrs import StaticAttrs
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
-from nvdaemon.compat.node_exporter.netclass import read_sysfs_attr
-from nvdaemon.compat.node_exporter.sysfs import sys_read_attr
+from nvdaemon.compat.node_exporter.netclass import read_sysfs_attr, sysfs_value
 from nvdaemon.goparse import parse_float, parse_uint
 
 _U64 = (1 << 64) - 1
@@ -61,6 +65,8 @@ COUNTERS_EXT = {
     "port_xmit_data_64": "legacy_data_transmitted_bytes_total",
     "port_xmit_packets_64": "legacy_packets_transmitted_total",
 }
+HCAS = StaticAttrs()  # board_id, fw_ver, hca_type of each HCA directory
+_BY_NAME = operator.attrgetter("name")  # a directory's entries in procfs's (ReadDir's) order
 PER_LANE = frozenset({"port_rcv_data", "port_xmit_data", "port_rcv_data_64", "port_xmit_data_64"})
 HELP = {
     "legacy_multicast_packets_received_total": "Number of multicast packets received",
@@ -150,9 +156,9 @@ def parse_rate(text: str, what: str) -> int:
     return int(rate) & _U64
 
 
-def read_counters(ctx: NodeContext, directory: Path, names: dict[str, str], optional: bool) -> dict[str, int]:
+def read_counters(directory: str, names: dict[str, str], optional: bool) -> dict[str, int]:
     try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        entries = sorted(os.scandir(directory), key=_BY_NAME)
     except FileNotFoundError:
         if optional:
             return {}
@@ -161,7 +167,7 @@ def read_counters(ctx: NodeContext, directory: Path, names: dict[str, str], opti
     for entry in entries:
         if not entry.is_file(follow_symlinks=False):
             continue
-        value = read_sysfs_attr(ctx, entry.path)  # the entry's own path string: no Path built per counter
+        value = read_sysfs_attr(entry.path)  # the entry's own path string: no Path built per counter
         metric = names.get(entry.name)
         if value is None or metric is None:
             continue
@@ -170,49 +176,55 @@ def read_counters(ctx: NodeContext, directory: Path, names: dict[str, str], opti
         except ValueError:
             if "N/A (no PMA)" in value:
                 continue  # a counter the port's agent does not provide
-            raise ParseError(f"{directory / entry.name}: not a counter: {value[:40]!r}") from None
+            raise ParseError(f"{entry.path}: not a counter: {value[:40]!r}") from None
         counters[metric] = (number * 4) & _U64 if entry.name in PER_LANE else number
     return counters
 
 
-def read_port(ctx: NodeContext, hca: str, port: str) -> Port:
+def read_port(hca_dir: str, hca: str, port: str) -> Port:
+    """Port ``port`` of the HCA at ``hca_dir`` (``<sys>/class/infiniband/<hca>``); paths are joined as strings."""
     try:
         number = parse_uint(port, bits=32)
     except ValueError:
         raise ParseError(f"infiniband {hca}: bad port directory {port!r}") from None
-    base = ctx.sys("class", "infiniband", hca, "ports", port)
-    state = parse_state(ctx.read(base / "state"), f"{base}/state")
-    phys_state = parse_state(ctx.read(base / "phys_state"), f"{base}/phys_state")
-    rate = parse_rate(ctx.read(base / "rate"), f"{base}/rate")
-    counters = read_counters(ctx, base / "counters", COUNTERS, optional=False)
-    counters |= read_counters(ctx, base / "counters_ext", COUNTERS_EXT, optional=True)
+    base = f"{hca_dir}/ports/{port}"
+    # read_attr: the cap NodeContext.read gives a file under the sysfs root.
+    state = parse_state(read_attr(f"{base}/state"), f"{base}/state")
+    phys_state = parse_state(read_attr(f"{base}/phys_state"), f"{base}/phys_state")
+    rate = parse_rate(read_attr(f"{base}/rate"), f"{base}/rate")
+    counters = read_counters(f"{base}/counters", COUNTERS, optional=False)
+    counters |= read_counters(f"{base}/counters_ext", COUNTERS_EXT, optional=True)
     return Port(number, state, phys_state, rate, counters)
 
 
-def read_hca(ctx: NodeContext, name: str) -> Hca:
-    base = ctx.sys("class", "infiniband", name)
+def read_hca(class_dir: str, name: str) -> Hca:
+    """The HCA ``name`` under ``class_dir`` (``<sys>/class/infiniband``)."""
+    base = os.path.join(class_dir, name)
+    try:
+        fixed = HCAS.device(base)
+    except NotPresent:
+        raise ParseError(f"{base}/board_id: missing") from None  # a link left by an HCA that is gone
     info: dict[str, str] = {}
     for attr, label in (("board_id", "board_id"), ("fw_ver", "firmware_version"), ("hca_type", "hca_type")):
-        try:
-            info[label] = sys_read_attr(ctx, base / attr)
-        except NotPresent:
-            if attr == "hca_type":  # not every driver has it
-                continue
-            raise ParseError(f"{base / attr}: missing") from None
+        text = fixed.read(attr)
+        if text is not None:
+            info[label] = sysfs_value(text)
+        elif attr != "hca_type":  # not every driver has hca_type
+            raise ParseError(f"{base}/{attr}: missing")
     ports = {}
-    for port in sorted(os.listdir(base / "ports")):
-        parsed = read_port(ctx, name, port)
+    for port in sorted(os.listdir(f"{base}/ports")):
+        parsed = read_port(base, name, port)
         ports[parsed.number] = parsed  # keyed by number, as procfs's map
     return Hca(name, info, list(ports.values()))
 
 
 def collect(ctx: NodeContext, out: list[Family]) -> None:
-    root = ctx.sys("class", "infiniband")
+    root = os.fspath(ctx.sys("class", "infiniband"))
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError as exc:
-        raise NoData(str(root)) from exc
-    hcas = [read_hca(ctx, name) for name in names]
+        raise NoData(root) from exc
+    hcas = [read_hca(root, name) for name in names]
     info = Family("node_infiniband_info", "Non-numeric data from /sys/class/infiniband/<device>, value is always 1.")
     families: dict[str, Family] = {}
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nvdaemon.collectors.base import NotPresent
+from nvdaemon.collectors.static_attrs import StaticAttrs
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family
 from nvdaemon.compat.node_exporter.hwmon import Families
@@ -29,6 +30,10 @@ from nvdaemon.compat.node_exporter.sysfs import read_int_file
 from nvdaemon.goparse import parse_int, trim_space
 
 _SANITIZE = re.compile(r"_*[^0-9A-Za-z_]+_*")
+# A zone's ``name`` is set when the powercap driver registers it and never changes: read once per zone directory.
+# ``max_energy_range_uj`` is read every time all the same: its mode is an administrator's to change, and an
+# unreadable one fails the collector. With paths built as strings: 0.165 -> 0.11 ms a tick (4 zones).
+NAMES = StaticAttrs()
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,16 @@ def list_zones(ctx: NodeContext) -> list[RaplZone]:
     zones: list[RaplZone] = []
     seen: dict[str, int] = {}
     for entry in entries:
+        directory = f"{base}/{entry}"
         try:
-            raw = ctx.read(base / entry / "name")
+            raw = NAMES.device(directory).read("name")
         except (OSError, NotPresent):
-            continue  # not a zone (the intel-rapl control type, or an unreadable one)
+            continue  # not a zone (an unreadable one, or gone)
+        if raw is None:
+            continue  # not a zone (the intel-rapl control type)
         index, name = index_and_name(seen, trim_space(raw))
-        read_int_file(ctx, base / entry / "max_energy_range_uj")  # not exported, but a failure fails the collector
-        zones.append(RaplZone(name, index, base / entry))
+        read_int_file(ctx, f"{directory}/max_energy_range_uj")  # not exported, but a failure fails the collector
+        zones.append(RaplZone(name, index, Path(directory)))
         seen[name] = index + 1
     return zones
 
@@ -80,11 +88,12 @@ def collect_zones(ctx: NodeContext, out: list[Family], zone_label: bool = False)
     out_start = len(out)
     try:
         for z in zones:
+            path = str(z.path)
             try:
-                joules = read_int_file(ctx, z.path / "energy_uj") / 1000000.0
+                joules = read_int_file(ctx, f"{path}/energy_uj") / 1000000.0
             except PermissionError as exc:
-                raise NotPresent(f"{z.path / 'energy_uj'}: permission denied") from exc
-            labels = {"index": str(z.index), "path": str(z.path)}
+                raise NotPresent(f"{path}/energy_uj: permission denied") from exc
+            labels = {"index": str(z.index), "path": path}
             if zone_label:
                 help = "Current RAPL value in joules"
                 fams.add("node_rapl_joules_total", help, "counter", joules, {**labels, "rapl_zone": z.name})

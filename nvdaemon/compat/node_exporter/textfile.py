@@ -23,7 +23,6 @@ from __future__ import annotations
 import glob
 import math
 import os
-from pathlib import Path
 
 from nvdaemon.collectors.base import FileTooLarge, NotRegularFile, read_bounded
 from nvdaemon.compat.node_exporter.context import NodeContext
@@ -45,14 +44,32 @@ def _trunc_seconds(ns: int) -> float:
     return float(ns // 1_000_000_000 if ns >= 0 else -((-ns) // 1_000_000_000))
 
 
-def _read_file(path: str, limit: int) -> tuple[dict[str, TextFamily], float]:
+# path -> (the bytes last read from it, their families), for the files of the last listing. A file is read every
+# time (its mtime can stay the same across a rewrite within the file system's timestamp granularity) but parsed
+# only when its bytes differ from the last read's: parsing was 0.3 of the collector's 0.4 ms a tick on a node
+# whose files do not change between ticks. The families are shared between ticks and never changed after parsing.
+_parsed: dict[str, tuple[bytes, dict[str, TextFamily]]] = {}
+
+
+def _parse(path: str, data: bytes, parsed: dict[str, tuple[bytes, dict[str, TextFamily]]]) -> dict[str, TextFamily]:
+    """``parse_text(data)``, or the families of the same bytes read from ``path`` last time; ``parsed`` gets them."""
+    known = _parsed.get(path)
+    families = known[1] if known is not None and known[0] == data else parse_text(data)
+    parsed[path] = (data, families)
+    return families
+
+
+def _read_file(
+    path: str, limit: int, parsed: dict[str, tuple[bytes, dict[str, TextFamily]]] | None = None
+) -> tuple[dict[str, TextFamily], float]:
     """A file's families and mtime. A directory named ``*.prom`` reads as an empty file: node_exporter's parser
     takes the read error it meets at the start of the first line for the end of the input."""
     try:
-        data = read_bounded(Path(path), limit)
+        data = read_bounded(path, limit)
     except IsADirectoryError:
         return {}, _trunc_seconds(os.stat(path).st_mtime_ns)
-    return parse_text(data), _trunc_seconds(os.stat(path).st_mtime_ns)
+    families = parse_text(data) if parsed is None else _parse(path, data, parsed)
+    return families, _trunc_seconds(os.stat(path).st_mtime_ns)
 
 
 def read_directory(
@@ -60,7 +77,9 @@ def read_directory(
 ) -> tuple[list[tuple[str, dict[str, TextFamily], float]], bool]:
     """(path, families, mtime) per ``*.prom`` file read, and whether anything failed on the way; files over
     ``limit`` bytes or not regular files are also described in ``refused``."""
+    global _parsed
     errored = False
+    parsed: dict[str, tuple[bytes, dict[str, TextFamily]]] = {}
     dirs = sorted(glob.glob(pattern, include_hidden=True)) if pattern else []
     read: list[tuple[str, dict[str, TextFamily], float]] = []
     for directory in dirs or [pattern]:
@@ -74,7 +93,7 @@ def read_directory(
                 continue
             path = go_clean(os.path.join(directory, name))
             try:
-                families, mtime = _read_file(path, limit)
+                families, mtime = _read_file(path, limit, parsed)
             except (FileTooLarge, NotRegularFile) as exc:
                 errored = True
                 if refused is not None:
@@ -84,6 +103,7 @@ def read_directory(
                 errored = True
                 continue
             read.append((path, families, mtime))
+    _parsed = parsed  # the files of this listing only: a removed file's bytes are not kept
     return read, errored
 
 

@@ -329,7 +329,10 @@ def lost_health(rec: LostGpu, *, strategy: str = DEFAULT_STRATEGY) -> Health:
     )
 
 
-SXID_CONDITION = "nvswitch_sxid_error"  # kmsg/faults.py's condition names (not imported: map.py stays pure data)
+# The kernel-log source's condition key prefix and names (kmsg/rules.py, kmsg/faults.py; not imported: the kernel-log
+# source sits above the sinks, and map.py stays pure data; tests/nvsentinel/test_kmsg_health.py holds them equal).
+KMSG_KEY_PREFIX = "kmsg:"
+SXID_CONDITION = "nvswitch_sxid_error"
 FALLEN_CONDITION = "gpu_fallen_off"
 _KMSG_COMPONENTS = (
     (("nvme_", "filesystem_", "block_io"), "Disk"),

@@ -45,10 +45,10 @@ from nvdaemon.config import NvsentinelSink, Rule, RuleNvsentinel
 from nvdaemon.engine import ActiveCondition
 from nvdaemon.exposition import CounterMetricFamily, GaugeMetricFamily, Metric
 from nvdaemon.gpu.xid_ledger import RECOVERED_CONDITION, pci_key
-from nvdaemon.kmsg.rules import KEY_PREFIX as KMSG_KEY_PREFIX
 from nvdaemon.model import Event, Phase, new_event_id
 from nvdaemon.sinks.nvsentinel.hold import Holds
 from nvdaemon.sinks.nvsentinel.map import (
+    KMSG_KEY_PREFIX,
     LOST_CONDITION,
     XID_CONDITION,
     Change,
