@@ -91,24 +91,9 @@ def _describe(exc: Exception) -> str:
 # reading it.
 
 
-def _fixed(chip: DeviceAttrs, name: str, read: Reader) -> str | None:
-    """``chip.read(name)`` through the collector's reader: the text of an attribute fixed for the chip's life, read
-    once per chip directory; None when it is absent. A failed read is not remembered (it is tried next tick)."""
-    try:
-        return chip.values[name]
-    except KeyError:
-        pass
-    try:
-        text: str | None = read(f"{chip.directory}/{name}")
-    except NotPresent:
-        text = None
-    chip.values[name] = text
-    return text
-
-
 def _present(chip: DeviceAttrs, name: str, read: Reader) -> str:
-    """``_fixed`` of an attribute the listing showed: ``NotPresent`` if it went since."""
-    text = _fixed(chip, name, read)
+    """``chip.read`` of an attribute the listing showed: ``NotPresent`` if it went since."""
+    text = chip.read(name, read)
     if text is None:
         raise NotPresent(f"{chip.directory}/{name}")
     return text
@@ -119,7 +104,7 @@ def _chip_name(chip: DeviceAttrs, read: Reader, problems: list[tuple[str, Except
     directory = os.path.basename(chip.directory)
     for where in ("", "device/"):
         try:
-            text = _fixed(chip, f"{where}name", read)
+            text = chip.read(f"{where}name", read)
             if text is None:
                 continue
             return label_value(text.strip(), "chip name") or directory

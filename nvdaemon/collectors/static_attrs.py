@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+from collections.abc import Callable
 
 from nvdaemon.collectors.base import HostPath, NotPresent, read_attr
 
@@ -38,13 +39,14 @@ class DeviceAttrs:
         self.identity = identity
         self.values: dict[str, str | None] = {}
 
-    def read(self, name: str) -> str | None:
+    def read(self, name: str, reader: Callable[[str], str] = read_attr) -> str | None:
+        """``name``'s text (``reader`` of its path, the first time), None when absent."""
         try:
             return self.values[name]
         except KeyError:
             pass
         try:
-            value: str | None = read_attr(os.path.join(self.directory, name))
+            value: str | None = reader(f"{self.directory}/{name}")
         except NotPresent:
             value = None
         self.values[name] = value  # an OSError other than absence propagates, and is not remembered

@@ -143,8 +143,7 @@ class GpuRuntime:
             if n.index is not None:
                 self.xid_counts[(n.index, n.xid)] += 1
                 self.last_xid[n.index] = n.xid
-            ident = self.identity(n.index) if n.index is not None else GpuIdentity(-1)
-            events += self.ledger.report("nvml", n.xid, now, ident=ident)
+            events += self.ledger.report("nvml", n.xid, now, ident=self.identity(n.index))
         return events
 
     def set_lost(self, ident: GpuIdentity, lost: bool, now: float, error: str = "") -> None:

@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 
 from nvdaemon.engine import ActiveCondition, EngineState, SeriesKey, draw_seq, transition_event
 from nvdaemon.kmsg.gpu_lines import GpuLine
+from nvdaemon.kmsg.rules import FALLEN_CONDITION as FALLEN_CONDITION  # noqa: PLC0414 (re-export)
 from nvdaemon.kmsg.rules import KEY_PREFIX, CompiledKernelRule
+from nvdaemon.kmsg.rules import SXID_CONDITION as SXID_CONDITION  # noqa: PLC0414 (re-export)
 from nvdaemon.model import Event, Phase, new_event_id
 
 TIER = "kernel"
 METRIC = "kmsg"
 SXID_KEY = KEY_PREFIX + "sxid"
-SXID_CONDITION = "nvswitch_sxid_error"
 FALLEN_KEY = KEY_PREFIX + "gpu_fallen_off"
-FALLEN_CONDITION = "gpu_fallen_off"
 BUILTIN_KEYS = (SXID_KEY, FALLEN_KEY)
 MESSAGE_MAX = 512  # characters of the kernel's line kept in an event's detail
 GROUP_MAX = 128  # characters of a named group's text kept

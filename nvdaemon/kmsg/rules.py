@@ -24,6 +24,8 @@ import msgspec
 
 from nvdaemon.config import KernelRule
 from nvdaemon.configcheck import ConfigIssue
+from nvdaemon.gpu.events import LOST_CONDITION, XID_CONDITION
+from nvdaemon.gpu.xid_ledger import RECOVERED_CONDITION
 from nvdaemon.kmsg.record import escape
 
 # The parser behind re.compile (Python >= 3.11), where a pattern's literal text is read from: private, so used only
@@ -32,9 +34,10 @@ _sre_parse: Any = importlib.import_module("re._parser")
 
 KEY_PREFIX = "kmsg:"
 NODE_DEVICE = "kernel"  # the device of a rule without a device group: the node's kernel
-RESERVED_CONDITIONS = frozenset(
-    {"gpu_xid_error", "gpu_lost", "gpu_xid_recovered", "gpu_fallen_off", "nvswitch_sxid_error"}
-)
+SXID_CONDITION = "nvswitch_sxid_error"  # an NVSwitch SXID (faults.py)
+FALLEN_CONDITION = "gpu_fallen_off"  # a GPU off the bus that no NVML in this process owns (faults.py)
+# The conditions the GPU lines raise: a kernel rule of the same name would mix its events with theirs.
+RESERVED_CONDITIONS = frozenset({XID_CONDITION, LOST_CONDITION, RECOVERED_CONDITION, SXID_CONDITION, FALLEN_CONDITION})
 MIN_LITERAL = 3  # a shorter literal filters too little to be worth a test
 
 _NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")

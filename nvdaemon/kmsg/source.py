@@ -65,7 +65,6 @@ class KmsgCounters:
         self.lost = 0
         self.skipped: collections.Counter[str] = collections.Counter()
         self.truncated = 0
-        self.bad = 0
 
 
 Outcome = tuple[GpuLine | None, list[tuple[CompiledKernelRule, str, dict[str, str | None]]]]
@@ -216,21 +215,28 @@ class KmsgSource:
         return True
 
     async def _read_loop(self) -> None:
+        """Read what there is, then wait for more; the position is saved at most every ``SAVE_SECONDS`` (each save
+        is an fsync: a host logging a line a second must not cost one a second), and no later than that after the
+        last record read."""
         last_save = -math.inf
         while True:
             n = 0
             for raw in self.reader.records(BATCH):
                 n += 1
                 self._record(raw)
-            now = trio.current_time()
-            due = n < BATCH or now - last_save >= SAVE_SECONDS
-            if due and (self.last_seq, self.boot_id) != self._saved:
+            if self._unsaved() and trio.current_time() - last_save >= SAVE_SECONDS:
                 await self._save()
-                last_save = now
-            if n < BATCH:
-                await self.reader.wait()
-            else:
+                last_save = trio.current_time()
+            if n == BATCH:
                 await trio.lowlevel.checkpoint()
+            elif self._unsaved():
+                with trio.move_on_at(last_save + SAVE_SECONDS):
+                    await self.reader.wait()
+            else:
+                await self.reader.wait()
+
+    def _unsaved(self) -> bool:
+        return (self.last_seq, self.boot_id) != self._saved
 
     async def _timers(self) -> None:
         """Send the XIDs whose merge window ended; EXIT the conditions gone quiet."""
@@ -241,7 +247,7 @@ class KmsgSource:
             with trio.move_on_after(max(0.0, due - self.clock()) if due < math.inf else math.inf):
                 await self._rearm.wait()
             now = self.clock()
-            self.ledger.due(now)
+            self._note(self.ledger.due(now))  # published by the ledger; the position waits for them too
             self._publish(self.faults.due(self.state(), self.by_key, now))
 
     def _arm(self) -> None:
@@ -254,7 +260,6 @@ class KmsgSource:
         try:
             rec = parse_record(raw, self.cfg.max_record_bytes)
         except BadRecord:
-            c.bad += 1
             c.skipped["malformed"] += 1
             return
         if rec.seq <= self.skip_through:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import os
 import shutil
@@ -442,3 +443,33 @@ async def test_nvml_alone_is_sent_after_the_merge_window(
     assert (ev.condition, ev.device, ev.detail["xid"]) == ("gpu_xid_error", "gpu5", 48)
     assert ev.detail["sources"] == ["nvml"]
     assert s.out.times[0] - asked == pytest.approx(s.cfg.xid_merge_seconds, abs=0.05)
+
+
+async def test_the_position_is_saved_at_most_once_a_second_and_soon_after_the_last_record(
+    host: Host, tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nvdaemon.kmsg.source as source_module
+
+    writes: list[float] = []
+    from nvdaemon.statefile import atomic_write as real_write
+
+    def counting_write(path: Path, data: bytes) -> None:
+        writes.append(trio.from_thread.run_sync(trio.current_time))
+        real_write(path, data)
+
+    monkeypatch.setattr(source_module, "atomic_write", counting_write)
+    s = Setup(host, tmp_path / "state")
+    src = s.source()
+    usec = 4_000_000_000
+    async with running(src):
+        began = trio.current_time()
+        for i in range(20):  # a record every 0.25 s for 5 s: each arrives alone (an fsync each, before)
+            host.append([record_line(6, 500 + i, usec + i, f"usb 1-1: new device {i}")])
+            await wait(lambda i=i: src.counters.read == i + 1, f"record {i} read")  # type: ignore[misc]
+            await trio.sleep(0.25)
+        # The last record's position is saved without waiting for a next record or the end of the task.
+        await wait(lambda: load_position(s.state_dir / POSITION_FILE).seq == 519, "the last position saved")
+        elapsed = trio.current_time() - began
+        during = list(writes)  # the saves while running (the one at the task's end comes after)
+    assert len(during) <= math.ceil(elapsed / source_module.SAVE_SECONDS) + 1, (len(during), elapsed)
+    assert all(b - a >= source_module.SAVE_SECONDS for a, b in itertools.pairwise(during))

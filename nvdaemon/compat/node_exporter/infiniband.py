@@ -26,7 +26,8 @@ from nvdaemon.collectors.base import NotPresent, ParseError, read_attr
 from nvdaemon.collectors.static_attrs import StaticAttrs
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
-from nvdaemon.compat.node_exporter.netclass import read_sysfs_attr, sysfs_value
+from nvdaemon.compat.node_exporter.netclass import read_sysfs_attr
+from nvdaemon.compat.node_exporter.sysfs import attr_value
 from nvdaemon.goparse import parse_float, parse_uint
 
 _U64 = (1 << 64) - 1
@@ -208,7 +209,7 @@ def read_hca(class_dir: str, name: str) -> Hca:
     for attr, label in (("board_id", "board_id"), ("fw_ver", "firmware_version"), ("hca_type", "hca_type")):
         text = fixed.read(attr)
         if text is not None:
-            info[label] = sysfs_value(text)
+            info[label] = attr_value(text)
         elif attr != "hca_type":  # not every driver has hca_type
             raise ParseError(f"{base}/{attr}: missing")
     ports = {}

@@ -32,8 +32,8 @@ from nvdaemon.collectors.base import HostPath, NotPresent, ParseError, read_attr
 from nvdaemon.collectors.static_attrs import DeviceAttrs, StaticAttrs
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import SAMPLES_MAX, Family, FamilyType
-from nvdaemon.compat.node_exporter.sysfs import SYSFS_READ_MAX
-from nvdaemon.goparse import GO_SPACE, parse_int, wrap_int64
+from nvdaemon.compat.node_exporter.sysfs import attr_value
+from nvdaemon.goparse import parse_int, wrap_int64
 
 IGNORED_DEVICES = re.compile("^$")  # --collector.netclass.ignored-devices default
 # Read errors procfs treats as "attribute not available" rather than a failure.
@@ -72,7 +72,7 @@ def read_sysfs_attr(path: HostPath) -> str | None:
     such a path, no stat before the open), two calls per file fewer than through ``sysfs.sys_read_attr``.
     """
     try:
-        return sysfs_value(read_attr(path))
+        return attr_value(read_attr(path))
     except NotPresent:
         return None
     except OSError as exc:
@@ -89,16 +89,7 @@ def read_fixed_attr(device: DeviceAttrs, name: str) -> str | None:
         if exc.errno in _SKIPPED_ERRNOS:
             return None  # not remembered: asked again next time, as a failing read is
         raise
-    return None if text is None else sysfs_value(text)
-
-
-def sysfs_value(text: str) -> str:
-    """procfs's ``SysReadFile`` of a file's text: its first ``SYSFS_READ_MAX`` bytes, ``TrimSpace``'d."""
-    if len(text) > SYSFS_READ_MAX // 4:  # at most 4 bytes a character: shorter text is within the buffer
-        raw = text.encode()
-        if len(raw) > SYSFS_READ_MAX:
-            text = raw[:SYSFS_READ_MAX].decode(errors="replace")
-    return text.strip(GO_SPACE)
+    return None if text is None else attr_value(text)
 
 
 def sysfs_int(value: str) -> int:

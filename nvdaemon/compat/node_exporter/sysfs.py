@@ -16,18 +16,27 @@ from nvdaemon.goparse import parse_int, parse_uint, trim_space
 SYSFS_READ_MAX = 128  # the buffer of procfs's (and node_exporter's hwmon) single read()
 
 
-def sys_read_file(ctx: NodeContext, path: HostPath) -> str:
-    """The first 128 bytes of a sysfs attribute, whitespace not trimmed."""
-    text = ctx.read(path)
+def first_read(text: str) -> str:
+    """An attribute's text as one 128-byte read(2) gives it: its first ``SYSFS_READ_MAX`` bytes."""
     if len(text) <= SYSFS_READ_MAX // 4:  # at most 4 bytes a character: within the buffer without encoding it
         return text
     raw = text.encode()
     return raw[:SYSFS_READ_MAX].decode(errors="replace") if len(raw) > SYSFS_READ_MAX else text
 
 
+def attr_value(text: str) -> str:
+    """procfs's ``SysReadFile`` of an attribute's text: its first 128 bytes, ``TrimSpace``'d."""
+    return trim_space(first_read(text))
+
+
+def sys_read_file(ctx: NodeContext, path: HostPath) -> str:
+    """The first 128 bytes of a sysfs attribute, whitespace not trimmed."""
+    return first_read(ctx.read(path))
+
+
 def sys_read_attr(ctx: NodeContext, path: HostPath) -> str:
     """procfs's ``SysReadFile``: the first 128 bytes of a sysfs attribute, ``TrimSpace``'d."""
-    return trim_space(sys_read_file(ctx, path))
+    return attr_value(ctx.read(path))
 
 
 def read_int_file(ctx: NodeContext, path: HostPath, signed: bool = False) -> int:
