@@ -35,7 +35,10 @@ def kmsg_metrics(source: KmsgSource | None) -> Iterator[Metric]:
     yield CounterMetricFamily(
         "nodevitals_kmsg_records_lost", "Records missing from the sequence (overwritten unread).", c.lost
     )
-    why = "Records not matched: over the per-second budget, older than the lookback, read before a restart, malformed."
+    why = (
+        "Records not matched: over the per-second budget, older than the lookback, read before a restart, malformed, "
+        "written by a process (not the kernel)."
+    )
     yield _by_label(CounterMetricFamily("nodevitals_kmsg_skipped", why, labels=["reason"]), c.skipped)
     yield CounterMetricFamily("nodevitals_kmsg_truncated", "Records cut at kernelLog.maxRecordBytes.", c.truncated)
 

@@ -8,11 +8,12 @@ its XID folds end, then records at most ``lookbackSeconds`` old (by ``/proc/upti
 start. A node without the file reports the source absent; one that refuses it (no CAP_SYSLOG, a device cgroup)
 reports it unreadable and tries again every ``REOPEN_SECONDS``; neither is a failure of the agent.
 
-Per record: the header is parsed; the message is tested with one ``in`` per literal (the GPU driver's prefixes and
-each rule's); only a message that passes is decoded and tried against regular expressions, at most
-``maxRecordsPerSecond`` a second for the GPU driver's lines and as many for the host rules' (the rest are counted
-as skipped: a storm costs reads, not parses, and a storm of one kind leaves the other's budget alone). A message seen
-lately gets the answer it got then without a parse (``RECENT``): a storm of one repeated line is nearly free.
+Per record: the header is parsed; a record a process wrote (a facility other than the kernel's) is skipped; the
+message is tested with one ``in`` per literal (the GPU driver's prefixes and each rule's); only a message that passes
+is decoded and tried against regular expressions, at most ``maxRecordsPerSecond`` a second for the GPU driver's lines
+and as many for the host rules' (the rest are counted as skipped: a storm costs reads, not parses, and a storm of one
+kind leaves the other's budget alone). A message seen lately gets the answer it got then without a parse (``RECENT``):
+a storm of one repeated line is nearly free.
 
 The position is saved at most every ``SAVE_SECONDS`` and at the end, and only after the engine state was saved and
 every durable sink holds the events of the records read (``held_seq``).
@@ -270,6 +271,12 @@ class KmsgSource:
         self.last_seq = max(self.last_seq, rec.seq)
         if self.lookback_from is not None and rec.usec / 1e6 < self.lookback_from:
             c.skipped["lookback"] += 1
+            return
+        if rec.facility != 0:
+            # Not the kernel's: a record written to /dev/kmsg by a process (systemd, a container's `echo`) has a
+            # facility other than 0, which the kernel refuses to let a writer set. A process must not be able to
+            # fake an XID or a fallen-off GPU into a drain.
+            c.skipped["userspace"] += 1
             return
         c.truncated += rec.truncated
         message = rec.message

@@ -277,6 +277,24 @@ async def test_a_gap_in_the_seqs_counts_the_records_lost(
         assert src.status()["recordsLost"] == 3 and src.status()["lastSeq"] == 10
 
 
+async def test_a_record_a_process_wrote_is_skipped_not_matched(
+    host: Host, tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A write to /dev/kmsg gets a facility other than the kernel's (the kernel refuses facility 0 to writers): an
+    `echo` of an XID or an OOM line into the log raises nothing; the same text from the kernel does."""
+    usec = 4_000_000_000
+    user_xid = record_line(1 * 8 + 4, 1, usec, XID_79)  # LOG_USER, warning: what `echo ... > /dev/kmsg` makes
+    daemon_oom = record_line(3 * 8 + 3, 2, usec + 1, "Out of memory: Killed process 7 (x) total-vm:10kB, rss:1kB")
+    host.append([user_xid, daemon_oom, record_line(4, 3, usec + 2, XID_79)])
+    s = Setup(host, tmp_path / "state")
+    src = s.source()
+    async with running(src):
+        await read_all(src, 3)
+        await wait(lambda: len(s.out.events) == 1, lambda: f"one event; got {s.out.events}")
+    assert src.counters.skipped["userspace"] == 2
+    assert [(e.condition, e.device) for e in s.out.events] == [("gpu_xid_error", "0000:3b:00")]
+
+
 async def test_reboot_skips_old_records_exits_conditions_and_forgets_xid_folds(
     host: Host, tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

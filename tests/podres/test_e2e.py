@@ -50,6 +50,7 @@ stateDir: {state}
 intervalSeconds: 0.1
 tiers: [gpu]
 gpu: {{backend: fake, fakeScenario: '{scenario}'}}
+kernelLog: {{enabled: false}}  # the host's kernel log (read as root) could add XIDs for the fake GPUs' addresses
 dcgmCompat: {{enabled: true, podAttribution: true, podResourcesSocket: '{socket}', podResourcesTimeoutSeconds: 0.3}}
 sinks:
   metrics: {{listenAddr: '127.0.0.1:0'}}

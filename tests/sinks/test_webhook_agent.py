@@ -30,6 +30,8 @@ def write_config(tmp_path: Path, ports: list[int], max_events: int) -> Agent:
         f"node: n1\ntiers: []\nstateDir: {tmp_path / 'state'}\nspool: {{maxEvents: {max_events}}}\n"
         f"sinks:\n  stream: {{enabled: false}}\n  metrics: {{listenAddr: '127.0.0.1:{free_port()}'}}\n"
         f"  webhook:\n{hooks}rules: []\n"
+        # The host's kernel log (read as root) would add events of its own while the spool refuses writes.
+        "kernelLog: {enabled: false}\n"
     )
     return Agent(parse_config(config.read_text(), str(config), env={}), config_path=str(config))
 
