@@ -10,7 +10,11 @@ fixture disks of ``fixtures/hosts/disks`` under dev/):
   ``examples/{local,smart,gpu}.yaml``, and the webhook (a loopback receiver, ``tests/sinks/receiver.py``), stream
   (one websocket client on /v1/events), history (default 5 min windows) and NVSentinel
   (``tests/nvsentinel/connector.py`` on a Unix socket) sinks;
-- *theirs*: node_exporter (every collector, the oracle's flags) on the same host root.
+- *theirs*: node_exporter (every collector, the oracle's flags) on the same host root;
+- *core_host* and *theirs_host*: the core agent and node_exporter again, on this machine's own /proc and /sys. The
+  fixture's files are regular files, which the agent opens afresh every tick (one could be replaced by a rename); on
+  a real host's procfs and sysfs it reads each file through a descriptor held open (``collectors/hostfiles.py``),
+  so this pair measures the agent as it runs on a node, on whatever devices this machine has.
 
 How it scales: it does not. Both agents tick at the real default interval (15 s) and all three are scraped every
 15 s (Prometheus scrapes every 15-30 s) with Prometheus's headers (gzip asked, so both sides compress), each scrape
@@ -68,6 +72,7 @@ WARMUP_TICKS = 2
 TOKEN = "bench-token"
 SCENARIO = FIXTURES / "nvml" / "h100-8gpu-thermal-throttle.json"
 STANDIN = FIXTURES / "smartctl" / "smartctl"
+THIS_HOST = Path("/")  # the core agent and node_exporter again on this machine's own pseudo files
 CORE_TARGET = Target("ratio", "<=", 0.5)
 FULL_TARGET = Target("ratio", "<=", 1.0)
 RSS_TARGET = Target("value", "<=", 80.0)  # every tier and sink, NVSentinel (grpcio) included: bench/rss.py
@@ -146,14 +151,21 @@ def run() -> tuple[list[Row], dict[str, Any]]:
         connector = FakeConnector(socket, "bench-node", token).start()
         stack.callback(connector.stop)
         ne = stack.enter_context(reference(root, names))
+        ne_host = stack.enter_context(reference(THIS_HOST, names))
         core = stack.enter_context(AgentProcess(core_config(root, names), root))
+        core_host = stack.enter_context(AgentProcess(core_config(THIS_HOST, names), THIS_HOST))
         full = stack.enter_context(AgentProcess(full_config(receiver, socket, token), root))
         ready = time.monotonic()  # the full agent's first tick of every tier has just completed
         client = EventClient(full.port).start()
         stack.callback(client.stop)
-        targets = {"core": (core.pid, core.port), "full": (full.pid, full.port)}
-        if ne is not None:
+        targets = {
+            "core": (core.pid, core.port),
+            "full": (full.pid, full.port),
+            "core_host": (core_host.pid, core_host.port),
+        }
+        if ne is not None and ne_host is not None:
             targets["theirs"] = (ne.pid, ne.port)
+            targets["theirs_host"] = (ne_host.pid, ne_host.port)
 
         def scrape_all() -> dict[str, bytes]:
             return {who: get_metrics(port, who) for who, (_, port) in targets.items()}
@@ -208,8 +220,8 @@ def run() -> tuple[list[Row], dict[str, Any]]:
             raw[f"steady_{who}_peak_rss_mib"] = peak_rss_kib(pid) / 1024
             raw[f"steady_{who}_slowest_scrape_ms"] = slowest[who] * 1000
 
-    def ref(key: str) -> float | str:
-        value: float | str = raw.get(f"steady_theirs_{key}", "not installed")
+    def ref(key: str, who: str = "theirs") -> float | str:
+        value: float | str = raw.get(f"steady_{who}_{key}", "not installed")
         return value
 
     rows = [
@@ -218,6 +230,13 @@ def run() -> tuple[list[Row], dict[str, Any]]:
             raw["steady_core_cpu_s_per_hour"],
             "s",
             ref("cpu_s_per_hour"),
+            CORE_TARGET,
+        ),
+        Row(
+            "steady CPU/hour, real 15 s ticks, core+node_* surface, this host's /proc and /sys",
+            raw["steady_core_host_cpu_s_per_hour"],
+            "s",
+            ref("cpu_s_per_hour", "theirs_host"),
             CORE_TARGET,
         ),
         Row(

@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import os
+import resource
 import sys
 import time
 import urllib.error
@@ -153,6 +154,21 @@ def cap_malloc_arenas() -> bool:
     return bool(mallopt(M_ARENA_MAX, MALLOC_ARENAS))
 
 
+def raise_nofile() -> tuple[int, int]:
+    """The soft RLIMIT_NOFILE raised to the hard limit, as the Go runtime does for node_exporter at start; the limits
+    after. The collectors keep a share of it for the pseudo files they hold open (``collectors.hostfiles``) and the
+    server the rest for connections: systemd's soft default (1024, hard 524288) would leave a node's sysfs files a
+    few hundred. A hard limit that is infinite (or a refusal) leaves the soft one as it was."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard not in (resource.RLIM_INFINITY, soft):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            return soft, hard
+        soft = hard
+    return soft, hard
+
+
 def settle_heap() -> None:
     """Once the agent has started: collect what start-up left behind, then move every object alive (modules, the web
     framework, the config, the collectors) out of the garbage collector's reach (``gc.freeze``). Each tick allocates
@@ -170,6 +186,7 @@ def _run(args: argparse.Namespace) -> int:
     from nvdaemon import logs
 
     cap_malloc_arenas()
+    raise_nofile()
 
     logs.setup(args.log_format, args.log_level)
     log = logging.getLogger("nvdaemon")

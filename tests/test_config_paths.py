@@ -295,6 +295,7 @@ def test_command_line_paths_get_a_clear_error(
     # `run` in this process: its logging and malloc settings stay as the test process has them.
     monkeypatch.setattr("nvdaemon.logs.setup", lambda *a: None)
     monkeypatch.setattr(cli, "cap_malloc_arenas", lambda: False)
+    monkeypatch.setattr(cli, "raise_nofile", lambda: (0, 0))
     rc = cli.main(argv)
     err = capsys.readouterr().err
     assert rc == cli.EXIT_CONFIG and where in err and "\0" not in err, err

@@ -29,10 +29,9 @@ and what a parse may yield (fields per line, entries per file, label length, pro
 from __future__ import annotations
 
 import abc
-import errno
 import os
-import stat
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -40,6 +39,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from nvdaemon.collectors.bounds import LINES_MAX, check_lines, line_limits
+from nvdaemon.collectors.hostfiles import ANY_FILE as ANY_FILE  # noqa: PLC0414 (re-exported: the readers' API)
+from nvdaemon.collectors.hostfiles import HELD
+from nvdaemon.collectors.hostfiles import PROC_FILE_MAX as PROC_FILE_MAX  # noqa: PLC0414
+from nvdaemon.collectors.hostfiles import PROC_TABLE_MAX as PROC_TABLE_MAX  # noqa: PLC0414
+from nvdaemon.collectors.hostfiles import PROCFS_FILE as PROCFS_FILE  # noqa: PLC0414
+from nvdaemon.collectors.hostfiles import SYSFS_ATTR_MAX as SYSFS_ATTR_MAX  # noqa: PLC0414
+from nvdaemon.collectors.hostfiles import SYSFS_FILE as SYSFS_FILE  # noqa: PLC0414
+from nvdaemon.collectors.hostfiles import FileTooLarge as FileTooLarge  # noqa: PLC0414
+from nvdaemon.collectors.hostfiles import HostPath as HostPath  # noqa: PLC0414
+from nvdaemon.collectors.hostfiles import NotRegularFile as NotRegularFile  # noqa: PLC0414
+from nvdaemon.collectors.hostfiles import read_bounded as read_bounded  # noqa: PLC0414
 from nvdaemon.goparse import ParseError as ParseError  # noqa: PLC0414 (re-exported: collectors raise it too)
 from nvdaemon.model import Interpreted as Interpreted  # noqa: PLC0414 (re-exported: a tier snapshot's value, in the core)
 from nvdaemon.model import ReadCounts as ReadCounts  # noqa: PLC0414 (re-exported, as Interpreted)
@@ -49,12 +59,6 @@ if TYPE_CHECKING:
     from nvdaemon.config import Config
 
 T = TypeVar("T")
-
-SYSFS_ATTR_MAX = 64 * 1024
-PROC_FILE_MAX = 4 * 1024 * 1024
-PROC_TABLE_MAX = 16 * 1024 * 1024  # /proc/1/mounts of a node with 30,000 mounts is about 6 MiB
-_CHUNK = 1024 * 1024
-HostPath = str | Path  # a host file, as a Path or as its string (the hot readers build strings: cheaper)
 
 
 @dataclass(frozen=True)
@@ -73,20 +77,6 @@ class HostRoots:
 
 class NotPresent(Exception):  # a state ("this node has no such source"), not a failure
     """The source this collector reads does not exist on this node (no RAPL, no PSI, no AER)."""
-
-
-class FileTooLarge(OSError):
-    """A host file larger than the cap for its kind; it was not read whole."""
-
-    def __init__(self, path: HostPath, limit: int) -> None:
-        super().__init__(errno.EFBIG, f"larger than {limit} bytes, not read", str(path))
-
-
-class NotRegularFile(OSError):
-    """A host file that is a device, FIFO or socket where a regular file belongs (e.g. a link to /dev/zero)."""
-
-    def __init__(self, path: HostPath, kind: str) -> None:
-        super().__init__(errno.EINVAL, f"not a regular file ({kind}), not read", str(path))
 
 
 def text_limits(path: HostPath, limit: int) -> tuple[int, int] | None:
@@ -164,77 +154,16 @@ def all_uints(tokens: Sequence[str]) -> bool:
     return joined.isascii() and joined.isdigit() and max(map(len, tokens)) <= 25
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    return "a socket" if stat.S_ISSOCK(mode) else "not a file"
-
-
-def _refuse_special(path: HostPath, mode: int) -> None:
-    if stat.S_ISDIR(mode):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    if not stat.S_ISREG(mode):
-        raise NotRegularFile(path, _kind(mode))
-
-
-# Where a host file lives, which decides how ``read_bounded`` opens and reads it.
-ANY_FILE = 0
-"""Anywhere (the root file system, a textfile directory): stat'ed before it is opened, so a device is never opened."""
-PROCFS_FILE = 1
-"""A file of the host's procfs outside its process directories: never a device node, so it is opened without a stat
-first; read to end of file, as /proc files answer in pieces (a page of records per read)."""
-SYSFS_FILE = 2
-"""A sysfs attribute: never a device node, so opened without a stat first; a first read shorter than a page is all of
-it (the kernel renders an attribute whole, at most a page, into one read)."""
-_PAGE = 4096  # a longer first read of a sysfs file may be one page of a larger binary attribute: read on to the end
-
-
-def read_bounded(path: HostPath, limit: int, kind: int = ANY_FILE) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes (``FileTooLarge`` beyond; at most ``limit`` + 1 bytes
-    are read). A directory raises ``IsADirectoryError``, a device, FIFO or socket ``NotRegularFile``, a missing
-    file ``FileNotFoundError``. An ``ANY_FILE`` that is a device is refused before it is opened: opening one can act
-    (a watchdog arms, a tape rewinds on close); the check is repeated on the open descriptor, for a path swapped in
-    between and for the pseudo file systems' files (``kind``), which are not stat'ed first: sysfs and procfs hold no
-    device nodes, and the stat was a third of the cost of reading an attribute (2.5 of 8.9 us)."""
-    if kind == ANY_FILE:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            _refuse_special(path, mode)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            _refuse_special(path, st.st_mode)
-        # A small first read keeps the many tiny sysfs reads cheap; most files are whole after it. A sysfs attribute
-        # that came short of a page is known whole: no second read to see end of file (one syscall of five).
-        want = min(limit + 1, max(8192, st.st_size + 1))
-        first = os.read(fd, want)
-        size = len(first)
-        if kind == SYSFS_FILE and size < _PAGE and size < want:
-            return first
-        chunks = [first]
-        while first and size <= limit:
-            chunk = os.read(fd, min(limit + 1 - size, _CHUNK))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise FileTooLarge(path, limit)
-        return first if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def _read_file(path: HostPath, limit: int, kind: int = ANY_FILE) -> str:
     try:
         data = read_bounded(path, limit, kind)
     except FileNotFoundError as exc:
         raise NotPresent(str(path)) from exc
+    return _text(data, path, limit)
+
+
+def _text(data: bytes, path: HostPath, limit: int) -> str:
+    """A file's bytes as text, once its shape is checked."""
     if len(data) > LINES_MAX:  # a shorter file is in shape whatever its kind: no line or line count can be over
         shape = text_limits(path, limit)
         if shape is not None:
@@ -243,6 +172,7 @@ def _read_file(path: HostPath, limit: int, kind: int = ANY_FILE) -> str:
 
 
 _PENDING: Any = object()  # an entry's value while its owner is still reading (or parsing) it
+_UNKNOWN: Any = object()  # a directory not yet stat'ed this cycle
 
 
 class _Entry:
@@ -278,6 +208,9 @@ class CycleReads:
         self._hits: list[None] = []  # one per read answered from the cache (list.append is atomic; += is not)
         self._done = threading.Condition(threading.Lock())
         self._waiting = 0  # threads waiting on ``_done`` (changed only while holding it)
+        # The identity of each directory a held pseudo file was asked in, stat'ed once this cycle (None: unreadable).
+        self._dirs: dict[str, tuple[int, int] | None] = {}
+        HELD.sweep(time.monotonic())
 
     @property
     def reads(self) -> int:
@@ -335,11 +268,32 @@ class CycleReads:
             fresh = _Entry()
             entry = self._entries.setdefault(where, fresh)
             if entry is fresh:
-                text: str = self._fill(fresh, _read_file, where, limit, kind)
+                text: str = self._fill(fresh, _read_file if kind == ANY_FILE else self._read_pseudo, where, limit, kind)
                 return text
         self._hits.append(None)
         shared: str = _result(entry) if entry.value is not _PENDING else self._wait(entry)
         return shared
+
+    def _read_pseudo(self, path: str, limit: int, kind: int) -> str:
+        """``_read_file`` of a procfs or sysfs file, through the descriptor ``HELD`` keeps for it when its directory
+        is the one it was opened in (``hostfiles``: one pread instead of four syscalls and a path walk)."""
+        directory = path.rpartition("/")[0]
+        identity = self._dirs.get(directory, _UNKNOWN)
+        if identity is _UNKNOWN:
+            try:
+                st = os.stat(directory)
+            except OSError:
+                identity = None
+            else:
+                identity = (st.st_dev, st.st_ino)
+            self._dirs[directory] = identity
+        if identity is None:
+            return _read_file(path, limit, kind)  # the directory is gone or refused: the error of a plain read
+        try:
+            data = HELD.read(path, identity, limit, kind)
+        except FileNotFoundError as exc:
+            raise NotPresent(path) from exc
+        return _text(data, path, limit)
 
     def parsed(self, path: HostPath, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
         """``parse(text, str(path))`` once per cycle; callers must treat the result as read-only."""

@@ -7,10 +7,10 @@ descriptors, logs a traceback and retries ten times a second. Here:
 - every pending connection is accepted in one pass (``BatchListener``): under load a pass is long, and a kubelet
   probe waited in the kernel's queue behind hundreds of clients;
 - at most ``Limits.max_connections`` connections are served at once (further capped so that ``FD_RESERVE`` file
-  descriptors of RLIMIT_NOFILE stay free for collectors, sqlite and subprocesses). Above it a connection goes to the
-  probe lane: its request head is read with a short deadline and ``/healthz`` and ``/readyz`` are answered there
-  (the kubelet must see the agent alive while clients hold every slot); anything else gets 503. When the lane is
-  full too, the connection is closed at once;
+  descriptors of RLIMIT_NOFILE stay free for collectors, sqlite and subprocesses, besides the pseudo files the
+  collectors hold open). Above it a connection goes to the probe lane: its request head is read with a short
+  deadline and ``/healthz`` and ``/readyz`` are answered there (the kubelet must see the agent alive while clients
+  hold every slot); anything else gets 503. When the lane is full too, the connection is closed at once;
 - ``accept`` failing for lack of resources (EMFILE, ENFILE, ENOBUFS, ENOMEM) is logged once per burst, with a count
   when it ends, and retried every ``ACCEPT_RETRY_SECONDS``.
 """
@@ -34,6 +34,7 @@ from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
 from nvdaemon import shutdown
+from nvdaemon.collectors.hostfiles import held_cap
 from nvdaemon.server.asgi import Probe
 from nvdaemon.server.listen import describe
 
@@ -49,11 +50,12 @@ IGNORED_ACCEPT_ERRNOS = {errno.ECONNABORTED, errno.EPROTO, errno.EPERM}  # the p
 
 
 def connection_cap(max_connections: int) -> int:
-    """``max_connections``, lowered so that FD_RESERVE descriptors and the probe lane fit under RLIMIT_NOFILE."""
+    """``max_connections``, lowered so that FD_RESERVE descriptors, the probe lane and the collectors' held pseudo
+    files (``collectors.hostfiles.held_cap``) fit under RLIMIT_NOFILE."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return max_connections
-    return max(1, min(max_connections, soft - FD_RESERVE - PROBE_LANE))
+    return max(1, min(max_connections, soft - FD_RESERVE - PROBE_LANE - held_cap()))
 
 
 class _TCPServer(TCPServer):

@@ -26,8 +26,8 @@ from nvdaemon.collectors.base import (
     HostRoots,
     NotPresent,
     NotRegularFile,
-    read_attr,
     read_bounded,
+    read_text,
 )
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.config import NodeExporterConfig
@@ -188,7 +188,7 @@ def test_a_file_being_read_is_waited_for_not_read_again(monkeypatch: pytest.Monk
     monkeypatch.setattr(base, "_read_file", slow_read_file)
     cache = CycleReads()
     path = str(Path(__file__))
-    threads, results = read_in_threads(cache, path, 3, read_attr)
+    threads, results = read_in_threads(cache, path, 3, read_text)
     until_sync(lambda: cache._waiting == 2, "the two later threads waiting for the first one's read", timeout=30)
     release.set()
     for t in threads:

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from nvdaemon.collectors import collectors_for_tier
+from nvdaemon.collectors import base, collectors_for_tier
 from nvdaemon.collectors.base import HostRoots
+from nvdaemon.collectors.hostfiles import HeldFiles
 from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.options import DEFAULTS
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
@@ -155,12 +156,25 @@ def promtool_findings(promtool: str, text: str) -> tuple[int, set[str]]:
     return result.returncode, {ln.strip() for ln in lines if ln.strip()}
 
 
-def test_this_machine(node_exporter_binary: str) -> None:
-    """The same comparison on this machine's /proc and /sys: labels always, values where they cannot move."""
+@pytest.mark.parametrize("reads", ["opened", "held"])
+def test_this_machine(node_exporter_binary: str, reads: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same comparison on this machine's /proc and /sys: labels always, values where they cannot move. Twice:
+    with every file opened, then with the procfs and sysfs files read through the descriptors the first collection
+    left held (``collectors/hostfiles.py``)."""
     root = Path("/")
     options = options_for(root, textfileDirectory="")
-    their_text = theirs(root, options, ALL)
-    our_text = ours(root, options, ALL)
+    held = HeldFiles()
+    monkeypatch.setattr(base, "HELD", held)
+    try:
+        if reads == "held":
+            ours(root, options, ALL)
+            assert len(held) > 100, "the first collection left the pseudo files held"
+        opened = held.opened
+        their_text = theirs(root, options, ALL)
+        our_text = ours(root, options, ALL)
+        assert (held.opened == opened) is (reads == "held"), "held: no file opened to be held again"
+    finally:
+        held.close()
     moving = frozenset(parse(their_text)) - STABLE_ON_A_LIVE_HOST | TIME_DEPENDENT
     diffs = compare(their_text, our_text, time_dependent=moving)
     assert not diffs, f"{len(diffs)} difference(s) from node_exporter on this machine:\n" + "\n".join(diffs)

@@ -3,6 +3,7 @@ reload to a listenAddr that cannot be had (the running server stays) or can (bou
 
 from __future__ import annotations
 
+import resource
 import shutil
 import signal
 import socket
@@ -28,10 +29,10 @@ NOFILE = 128
 
 
 class LimitedAgent(Agent):
-    def start(self, nofile: int | None = None) -> None:
+    def start(self, nofile: int | None = None, soft: int | None = None) -> None:
         """``nvdaemon run``, with RLIMIT_NOFILE set to ``nofile`` first when given (the way a container runtime
-        would: the agent starts with it)."""
-        limit = f"resource.setrlimit(resource.RLIMIT_NOFILE, ({nofile}, {nofile}))" if nofile else "pass"
+        would: the agent starts with it); ``soft`` below it, as systemd starts a service (soft 1024)."""
+        limit = f"resource.setrlimit(resource.RLIMIT_NOFILE, ({soft or nofile}, {nofile}))" if nofile else "pass"
         run = "runpy.run_module('nvdaemon', run_name='__main__')"
         boot = f"import resource, runpy, sys; {limit}; sys.argv[0] = 'nvdaemon'; {run}"
         args = ["run", "--host-root", str(self.host), "--config", str(self.config)]
@@ -91,6 +92,17 @@ def test_held_connections_leave_probes_and_collectors_working(agent: LimitedAgen
     assert agent.proc is not None and agent.proc.poll() is None
     log = (tmp_path / "agent.log").read_text()
     assert "Too many open files" not in log and "Traceback" not in log
+
+
+def test_run_raises_the_soft_descriptor_limit_to_the_hard_one(agent: LimitedAgent) -> None:
+    """As the Go runtime does for node_exporter: under systemd's soft 1024 the held pseudo files and the
+    connections would share a few hundred descriptors; the hard limit is what the operator allowed."""
+    hard = min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 4096)
+    agent.start(nofile=hard, soft=hard // 4)
+    assert agent.proc is not None
+    limits = Path(f"/proc/{agent.proc.pid}/limits").read_text()
+    (line,) = [ln for ln in limits.splitlines() if ln.startswith("Max open files")]
+    assert line.split()[3:5] == [str(hard), str(hard)], line
 
 
 def rewrite_listen(agent: LimitedAgent, port: int) -> None:

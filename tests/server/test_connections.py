@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
 import socket
 from pathlib import Path
 
@@ -14,9 +15,10 @@ import trio
 import trio.testing
 from quart_trio import QuartTrio
 
+from nvdaemon.collectors.hostfiles import held_cap
 from nvdaemon.config import ServerConfig
 from nvdaemon.server import app as server_app
-from nvdaemon.server.accept import PROBE_LANE, AcceptErrors, Gate, accept_loop
+from nvdaemon.server.accept import FD_RESERVE, PROBE_LANE, AcceptErrors, Gate, accept_loop, connection_cap
 from nvdaemon.server.asgi import WORK_SLOTS
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.view import AgentView
@@ -93,6 +95,21 @@ async def test_connection_cap_answers_probes_and_refuses_the_rest(
         assert any("below the cap again" in m for m in messages)
         for c in [*held, conn, probe]:
             await c.aclose()
+
+
+def test_the_connection_cap_leaves_descriptors_for_the_held_pseudo_files() -> None:
+    """Under a soft RLIMIT_NOFILE of 1024: an eighth for the collectors' held files (``hostfiles.held_cap``), the
+    reserve and the probe lane, and the rest for connections; every one of them fits under the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        assert held_cap() == 128
+        cap = connection_cap(100_000)
+        assert cap == 1024 - FD_RESERVE - PROBE_LANE - 128
+        assert cap + PROBE_LANE + held_cap() + FD_RESERVE <= 1024
+        assert connection_cap(10) == 10
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 class FlakyListener:

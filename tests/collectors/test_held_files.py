@@ -1,0 +1,256 @@
+"""Pseudo files held open between cycles (``collectors/hostfiles.py``): a procfs or sysfs file read in one cycle is
+read in the next with one pread from offset 0, and must then hold what a fresh read would. On this machine's own
+/proc and /sys (values that move must be seen moving), and with faults put in the way: a device gone (ENODEV), a
+directory that is another device's now (a rename), a driver's error, a read that hangs, a full table, idle files.
+A regular file (a fixture host) is never held: one replaced by a rename is read anew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nvdaemon.collectors import base
+from nvdaemon.collectors.base import CYCLE_READS, PROCFS_FILE, CycleReads, NotPresent, read_attr, read_text
+from nvdaemon.collectors.hostfiles import IDLE_SECONDS, SWEEP_SECONDS, HeldFiles, pseudo_devices
+from tests.polling import until_sync
+
+LO = Path("/sys/class/net/lo")
+TX_BYTES = str(LO / "statistics" / "tx_bytes")
+MTU = str(LO / "mtu")
+UPTIME = "/proc/uptime"
+
+needs_lo = pytest.mark.skipif(not LO.is_dir(), reason="no loopback interface in /sys/class/net on this machine")
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldFiles]:
+    """A table of its own for the test (the process's one is shared by every cycle), closed at the end."""
+    table = HeldFiles()
+    monkeypatch.setattr(base, "HELD", table)
+    yield table
+    table.close()
+
+
+class Opens:
+    """The paths ``os.open`` was given, and the descriptors ``os.close`` closed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.paths: list[str] = []
+        self.closed: list[int] = []
+        real_open, real_close = os.open, os.close
+
+        def counting_open(path: Any, *args: Any, **kwargs: Any) -> int:
+            self.paths.append(os.fspath(path))
+            return real_open(path, *args, **kwargs)
+
+        def counting_close(fd: int) -> None:
+            self.closed.append(fd)
+            real_close(fd)
+
+        monkeypatch.setattr(os, "open", counting_open)
+        monkeypatch.setattr(os, "close", counting_close)
+
+
+def in_cycle(read: Callable[[], str]) -> str:
+    """``read()`` within a cycle of its own (a tier's tick)."""
+    token = CYCLE_READS.set(CycleReads())
+    try:
+        return read()
+    finally:
+        CYCLE_READS.reset(token)
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@needs_lo
+def test_a_held_sysfs_attribute_is_read_anew_by_one_pread(held: HeldFiles, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = int(in_cycle(lambda: read_attr(TX_BYTES)))
+    assert len(held) == 1 and held.opened == 1
+    opens = Opens(monkeypatch)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with contextlib.closing(sender):
+        for _ in range(50):
+            sender.sendto(b"x" * 1000, ("127.0.0.1", 9))  # loopback counts them sent, listener or not
+    after = int(in_cycle(lambda: read_attr(TX_BYTES)))
+    assert after >= before + 50 * 1000, "the held descriptor gave the old value: the attribute was not rendered anew"
+    assert after <= int(Path(TX_BYTES).read_text())
+    assert opens.paths == [] and held.opened == 1  # no second open of the attribute
+
+
+def test_a_held_procfs_file_is_read_anew(held: HeldFiles) -> None:
+    first = in_cycle(lambda: read_text(UPTIME, kind=PROCFS_FILE))
+    assert len(held) == 1
+    later = until_sync(
+        lambda: (t := in_cycle(lambda: read_text(UPTIME, kind=PROCFS_FILE))) != first and t,
+        "/proc/uptime moving through the held descriptor",
+        timeout=30,
+    )
+    assert float(later.split()[0]) > float(first.split()[0])
+    assert held.opened == 1
+
+
+@needs_lo
+def test_a_directory_that_is_another_device_now_opens_the_file_afresh(
+    held: HeldFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NIC renamed keeps its open files, and another may take its name: the directory's identity (one stat per
+    directory and cycle) tells the held descriptor from the new device's file."""
+    assert in_cycle(lambda: read_attr(MTU)) == Path(MTU).read_text()
+    opens = Opens(monkeypatch)
+    real_stat = os.stat
+
+    def another_device(path: Any, *args: Any, **kwargs: Any) -> Any:
+        st = real_stat(path, *args, **kwargs)
+        if os.fspath(path) != str(LO):
+            return st
+        fields = list(st)
+        fields[1] += 1_000_003  # st_ino: the name leads to another directory now
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "stat", another_device)
+    assert in_cycle(lambda: read_attr(MTU)) == Path(MTU).read_text()
+    assert opens.paths == [MTU] and len(opens.closed) == 1  # the old descriptor closed, the path opened again
+    assert held.opened == 2 and len(held) == 1
+
+
+@needs_lo
+def test_a_device_gone_is_opened_again_by_path(held: HeldFiles, monkeypatch: pytest.MonkeyPatch) -> None:
+    in_cycle(lambda: read_attr(MTU))
+    real_pread = os.pread
+    calls: list[int] = []
+
+    def gone_once(fd: int, n: int, offset: int) -> bytes:
+        calls.append(fd)
+        if len(calls) == 1:
+            raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", gone_once)
+    assert in_cycle(lambda: read_attr(MTU)) == Path(MTU).read_text()
+    assert held.opened == 2 and len(held) == 1
+
+
+@needs_lo
+def test_a_drivers_error_is_raised_and_the_descriptor_kept(held: HeldFiles, monkeypatch: pytest.MonkeyPatch) -> None:
+    in_cycle(lambda: read_attr(MTU))
+
+    def failing(fd: int, n: int, offset: int) -> bytes:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pread", failing)
+        with pytest.raises(OSError) as raised:
+            in_cycle(lambda: read_attr(MTU))
+    assert raised.value.errno == errno.EIO
+    assert in_cycle(lambda: read_attr(MTU)) == Path(MTU).read_text()
+    assert held.opened == 1 and len(held) == 1
+
+
+def test_a_regular_file_is_never_held(held: HeldFiles, tmp_path: Path) -> None:
+    """A fixture host's files are regular files, which a rename can replace: each cycle opens the path."""
+    attr = tmp_path / "sys" / "class" / "net" / "eth0" / "mtu"
+    attr.parent.mkdir(parents=True)
+    attr.write_text("1500\n")
+    assert in_cycle(lambda: read_attr(str(attr))) == "1500\n"
+    replacement = attr.with_name("mtu.new")
+    replacement.write_text("9000\n")
+    replacement.replace(attr)
+    assert in_cycle(lambda: read_attr(str(attr))) == "9000\n"
+    assert len(held) == 0 and held.opened == 0
+
+
+def test_a_missing_file_is_not_present(held: HeldFiles) -> None:
+    with pytest.raises(NotPresent):
+        in_cycle(lambda: read_attr("/sys/class/net/lo/no-such-attribute"))
+    with pytest.raises(NotPresent):
+        in_cycle(lambda: read_attr("/sys/class/net/no-such-nic-here/mtu"))
+    assert len(held) == 0
+
+
+@needs_lo
+def test_a_read_that_hangs_keeps_its_descriptor_and_the_next_cycle_opens_another(
+    held: HeldFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    in_cycle(lambda: read_attr(MTU))
+    fds_before = open_fds()
+    release, hung = threading.Event(), threading.Event()
+    real_pread = os.pread
+    hanging = threading.current_thread()
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        if threading.current_thread() is not hanging and not release.is_set():
+            hung.set()
+            assert release.wait(30)
+        return real_pread(fd, n, offset)
+
+    monkeypatch.setattr(os, "pread", pread)
+    results: list[str] = []
+    stuck = threading.Thread(target=lambda: results.append(in_cycle(lambda: read_attr(MTU))))
+    stuck.start()
+    assert hung.wait(30)
+    # The abandoned read has the held descriptor: this cycle opens the path again, and is not blocked behind it.
+    assert in_cycle(lambda: read_attr(MTU)) == Path(MTU).read_text()
+    assert held.opened == 2
+    release.set()
+    stuck.join(30)
+    assert results == [Path(MTU).read_text()]
+    assert len(held) == 1 and len(open_fds()) == len(fds_before)  # one of the two put back, the other closed
+
+
+def test_the_table_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    table = HeldFiles(cap=lambda: 2)
+    monkeypatch.setattr(base, "HELD", table)
+    names = ["uptime", "loadavg", "meminfo", "version", "stat"]
+    try:
+        for _ in range(2):
+            texts = [in_cycle(functools.partial(read_text, f"/proc/{n}", kind=PROCFS_FILE)) for n in names]
+            assert all(texts) and texts[3] == Path("/proc/version").read_text()  # held or not, each file whole
+            assert len(table) == 2
+    finally:
+        table.close()
+
+
+def test_files_not_read_for_a_while_are_closed(held: HeldFiles) -> None:
+    in_cycle(lambda: read_text(UPTIME, kind=PROCFS_FILE))
+    fds = open_fds()
+    start = held._now
+    held.sweep(start + SWEEP_SECONDS)
+    assert len(held) == 1  # read within IDLE_SECONDS
+    held.sweep(start + SWEEP_SECONDS + IDLE_SECONDS + 1)
+    assert len(held) == 0 and len(open_fds()) == len(fds) - 1
+
+
+def test_held_files_are_only_procfs_and_sysfs() -> None:
+    mountinfo = "\n".join(
+        [
+            "22 28 0:21 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw",
+            "23 28 0:22 / /proc rw,nosuid,nodev,noexec,relatime shared:13 - proc proc rw",
+            "28 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw",
+            "30 22 0:6 / /sys/kernel/security rw shared:8 - securityfs securityfs rw",
+            "41 28 0:40 / /host/proc rw - proc proc rw",
+            "garbage without the separator 0:99 - sysfs",
+            "1 2 x:y / /odd rw - sysfs sysfs rw",
+            "",
+        ]
+    )
+    assert pseudo_devices(mountinfo) == {os.makedev(0, 21), os.makedev(0, 22), os.makedev(0, 40)}
+    assert os.stat("/proc/uptime").st_dev in pseudo_devices(Path("/proc/self/mountinfo").read_text())
+
+
+def test_an_unreadable_mountinfo_holds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = HeldFiles(mountinfo=tmp_path / "absent")
+    monkeypatch.setattr(base, "HELD", table)
+    assert in_cycle(lambda: read_text(UPTIME, kind=PROCFS_FILE))
+    assert len(table) == 0 and table.opened == 0
