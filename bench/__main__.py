@@ -143,10 +143,11 @@ def history() -> tuple[list[Row], dict[str, Any]]:
 
 
 def sections() -> list[tuple[str, str, Section]]:
-    from bench import floor, growth, hostile, kmsg, latency, probes, rss, scrape, steady
+    from bench import floor, growth, held_files, hostile, kmsg, latency, probes, rss, scrape, steady
 
     return [
         ("floor", "core-tier cycle CPU against reading the same files ...", floor.run),
+        ("held", "a procfs/sysfs file read through a held descriptor against opened afresh ...", held_files.run),
         ("render", "/metrics render cost, uncached ...", render_cost),
         ("scrape", f"/metrics: {scrape.SCRAPES} interleaved scrapes of ours and of node_exporter ...", scrape.run),
         ("steady", f"steady cost over {steady.seconds():g} s at 15 s, two shapes and node_exporter ...", steady.run),

@@ -31,7 +31,6 @@ import errno
 import os
 import resource
 import stat
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -192,7 +191,6 @@ class HeldFiles:
         self._cap = cap
         self._table: dict[str, _Held] = {}
         self._pseudo: dict[int, bool] = {}  # st_dev -> on procfs or sysfs
-        self._lock = threading.Lock()  # taken to add to the table and to sweep it; a read only pops (atomic)
         self._now = 0.0  # the start of the latest cycle: when a put-back file was last read, near enough
         self._max: int | None = None  # cap(), asked again at each sweep (a syscall: not once per file)
         self._next_sweep = 0.0
@@ -201,6 +199,10 @@ class HeldFiles:
     def __len__(self) -> int:
         return len(self._table)
 
+    def __contains__(self, path: str) -> bool:
+        """Whether ``path`` is held now (not being read)."""
+        return path in self._table
+
     def read(self, path: str, directory: tuple[int, int], limit: int, kind: int) -> bytes:
         """``read_bounded(path, limit, kind)`` of a procfs or sysfs file whose directory is ``directory`` now,
         through the descriptor held since an earlier cycle when there is one and it is still this file's."""
@@ -208,7 +210,12 @@ class HeldFiles:
         if held is not None:
             if held.directory == directory:
                 try:
-                    data = _read_fd(held.fd, path, limit, kind, 0, held=True)
+                    if kind == SYSFS_FILE and limit >= _PAGE:
+                        data = os.pread(held.fd, _PAGE, 0)  # an attribute shorter than a page is whole
+                        if len(data) >= _PAGE:
+                            data = _read_fd(held.fd, path, limit, kind, 0, held=True)
+                    else:
+                        data = _read_fd(held.fd, path, limit, kind, 0, held=True)
                 except OSError as exc:
                     if exc.errno not in REOPEN_ERRNOS:
                         self._put_back(path, held)  # the driver's own error: a new descriptor would get it too
@@ -225,7 +232,7 @@ class HeldFiles:
             raise
         if not self._holds(st.st_dev):
             os.close(fd)
-        elif self._put_back(path, _Held(fd, directory, self._now)):
+        elif self._put_back(path, _Held(fd, directory, self._now), new=True):
             self.opened += 1
         return data
 
@@ -240,16 +247,19 @@ class HeldFiles:
             self._pseudo[device] = known
         return known
 
-    def _put_back(self, path: str, held: _Held) -> bool:
-        """Keep ``held`` for the next cycle, or close it (False) when another reader put its own back first or the
-        table is full."""
+    def _put_back(self, path: str, held: _Held, new: bool = False) -> bool:
+        """Keep ``held`` for the next cycle, or close it (False) when another reader put its own back first or, for
+        a ``new`` one, the table is full. No lock: ``dict.setdefault`` and ``pop`` are single steps under the GIL
+        (a lock here cost a tenth of a held read); readers racing past the bound exceed it by one each at most."""
         held.used = self._now
-        with self._lock:
+        if new:
             if self._max is None:
                 self._max = self._cap()
-            if path not in self._table and len(self._table) < self._max:
-                self._table[path] = held
-                return True
+            if len(self._table) >= self._max:
+                os.close(held.fd)
+                return False
+        if self._table.setdefault(path, held) is held:
+            return True
         os.close(held.fd)
         return False
 
@@ -260,20 +270,23 @@ class HeldFiles:
         if now < self._next_sweep:
             return
         self._next_sweep = now + SWEEP_SECONDS
-        with self._lock:
-            self._max = self._cap()
-            idle = [path for path, held in self._table.items() if now - held.used > IDLE_SECONDS]
-            closing = [self._table.pop(path) for path in idle]
-        for held in closing:
-            os.close(held.fd)
+        self._max = self._cap()
+        for path, held in list(self._table.items()):  # a copy made in one step: readers may pop and put meanwhile
+            if now - held.used > IDLE_SECONDS:
+                self._close(path, held)
 
     def close(self) -> None:
         """Close every held file (one being read is put back by its reader)."""
-        with self._lock:
-            closing = list(self._table.values())
-            self._table.clear()
-        for held in closing:
+        for path, held in list(self._table.items()):
+            self._close(path, held)
+
+    def _close(self, path: str, held: _Held) -> None:
+        """Close ``held`` if it is still ``path``'s entry (a reader may have taken it meanwhile: then it is theirs)."""
+        taken = self._table.pop(path, None)
+        if taken is held:
             os.close(held.fd)
+        elif taken is not None:  # another reader's, put back between the copy and this pop: keep it
+            self._put_back(path, taken)
 
 
 HELD = HeldFiles()
