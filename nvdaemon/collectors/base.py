@@ -19,7 +19,9 @@ attribute (the kernel serves at most a page), ``PROC_FILE_MAX`` for a /proc or r
 cap is an error of the collector reading it (``FileTooLarge``), found by reading at most cap + 1 bytes; a file that
 is not a regular file (a sensor symlinked to /dev/zero, a FIFO) is refused, without opening it unless it lies under
 the host's sysfs or procfs root (which hold no device nodes: ``SYSFS_FILE``, ``PROCFS_FILE``), and files are
-opened with O_NONBLOCK so a FIFO cannot hang the open.
+opened with O_NONBLOCK so a FIFO cannot hang the open. Within a cycle, such a procfs or sysfs file is read through
+the descriptor ``hostfiles.HELD`` kept open since the last cycle, with the same caps (``hostfiles``, where the
+readers live).
 
 A text file read is then checked for its shape (``text_limits``: lines per file, bytes per line) on the bytes,
 before any parser splits them; a file out of shape is a ``ParseError`` of every collector reading it. Those limits,
@@ -278,6 +280,8 @@ class CycleReads:
         """``_read_file`` of a procfs or sysfs file, through the descriptor ``HELD`` keeps for it when its directory
         is the one it was opened in (``hostfiles``: one pread instead of four syscalls and a path walk)."""
         directory = path.rpartition("/")[0]
+        if HELD.elsewhere(directory):  # neither procfs nor sysfs (a fixture host): opened every cycle, as it was
+            return _read_file(path, limit, kind)
         identity = self._dirs.get(directory, _UNKNOWN)
         if identity is _UNKNOWN:
             try:
@@ -286,9 +290,12 @@ class CycleReads:
                 identity = None
             else:
                 identity = (st.st_dev, st.st_ino)
+                if not HELD.holds_device(st.st_dev):
+                    HELD.mark_elsewhere(directory)
+                    identity = None
             self._dirs[directory] = identity
         if identity is None:
-            return _read_file(path, limit, kind)  # the directory is gone or refused: the error of a plain read
+            return _read_file(path, limit, kind)  # gone, refused, or elsewhere: as a plain read
         try:
             data = HELD.read(path, identity, limit, kind)
         except FileNotFoundError as exc:

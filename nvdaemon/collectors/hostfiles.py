@@ -145,6 +145,7 @@ def read_bounded(path: HostPath, limit: int, kind: int = ANY_FILE) -> bytes:
 MAX_HELD = 4096
 IDLE_SECONDS = 300.0  # a file not read for this long (its device gone, a collector turned off) is closed
 SWEEP_SECONDS = 60.0
+MAX_ELSEWHERE = 4096
 PSEUDO_FILE_SYSTEMS = frozenset({"proc", "sysfs"})
 MOUNTINFO = Path("/proc/self/mountinfo")
 # A held file whose device went away (or, ESPIPE, one that cannot be read at an offset): opened afresh.
@@ -191,6 +192,7 @@ class HeldFiles:
         self._cap = cap
         self._table: dict[str, _Held] = {}
         self._pseudo: dict[int, bool] = {}  # st_dev -> on procfs or sysfs
+        self._elsewhere: set[str] = set()  # directories on neither (mark_elsewhere)
         self._now = 0.0  # the start of the latest cycle: when a put-back file was last read, near enough
         self._max: int | None = None  # cap(), asked again at each sweep (a syscall: not once per file)
         self._next_sweep = 0.0
@@ -230,13 +232,25 @@ class HeldFiles:
         except BaseException:
             os.close(fd)
             raise
-        if not self._holds(st.st_dev):
+        if not self.holds_device(st.st_dev):
             os.close(fd)
         elif self._put_back(path, _Held(fd, directory, self._now), new=True):
             self.opened += 1
         return data
 
-    def _holds(self, device: int) -> bool:
+    def elsewhere(self, directory: str) -> bool:
+        """Whether ``directory`` was found on neither procfs nor sysfs (its files are never held)."""
+        return directory in self._elsewhere
+
+    def mark_elsewhere(self, directory: str) -> None:
+        """Remember that ``directory`` is on neither procfs nor sysfs, so a cycle need not stat it again (a fixture
+        host's ~70 directories a tick). Safe to keep: a file not held is only read the longer way. Bounded: the
+        set is emptied at ``MAX_ELSEWHERE`` entries."""
+        if len(self._elsewhere) >= MAX_ELSEWHERE:
+            self._elsewhere.clear()
+        self._elsewhere.add(directory)
+
+    def holds_device(self, device: int) -> bool:
         """Whether files of ``device`` are held: procfs or sysfs (by ``/proc/self/mountinfo``)."""
         known = self._pseudo.get(device)
         if known is None:

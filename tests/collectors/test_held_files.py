@@ -21,7 +21,7 @@ import pytest
 
 from nvdaemon.collectors import base
 from nvdaemon.collectors.base import CYCLE_READS, PROCFS_FILE, CycleReads, NotPresent, read_attr, read_text
-from nvdaemon.collectors.hostfiles import IDLE_SECONDS, SWEEP_SECONDS, HeldFiles, pseudo_devices
+from nvdaemon.collectors.hostfiles import IDLE_SECONDS, MAX_ELSEWHERE, SWEEP_SECONDS, HeldFiles, pseudo_devices
 from tests.polling import until_sync
 
 LO = Path("/sys/class/net/lo")
@@ -169,6 +169,15 @@ def test_a_regular_file_is_never_held(held: HeldFiles, tmp_path: Path) -> None:
     replacement.replace(attr)
     assert in_cycle(lambda: read_attr(str(attr))) == "9000\n"
     assert len(held) == 0 and held.opened == 0
+    assert held.elsewhere(str(attr.parent))  # known after one stat: later cycles go straight to a plain read
+
+
+def test_directories_known_elsewhere_are_bounded() -> None:
+    table = HeldFiles()
+    for i in range(MAX_ELSEWHERE + 10):
+        table.mark_elsewhere(f"/fixture/sys/class/net/eth{i}")
+    assert len(table._elsewhere) <= MAX_ELSEWHERE
+    assert table.elsewhere(f"/fixture/sys/class/net/eth{MAX_ELSEWHERE + 9}")
 
 
 def test_a_missing_file_is_not_present(held: HeldFiles) -> None:
