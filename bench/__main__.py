@@ -8,9 +8,11 @@ Each reference is measured in the same run, on the same machine:
   node_exporter surface) and of Debian's node_exporter, on ``fixtures/hosts/gpunode`` and on this machine's own
   root, over a kept-alive connection and over a new connection per scrape, both asked for gzip as Prometheus asks
   (target ratio <= 0.25), and the gzip bytes on the wire per scrape;
+- ``bench/held_files.py``: a procfs or sysfs file read through the descriptor the agent holds open, against opened
+  afresh, on this machine's own core-tick files;
 - ``bench/steady.py``: CPU seconds per hour at a real 15 s interval and scrape rate (not scaled), side by side: the
   core tier with the node_* surface (target ratio <= 0.5) and every tier and sink (target ratio <= 1, RSS <= 80 MiB),
-  against node_exporter;
+  against node_exporter, on gpunode; and the core tier with node_exporter again on this machine's own /proc and /sys;
 - ``bench/growth.py``: cycle and render CPU at 1/8/64 GPUs, 4/24/60 disks, 10/100/1,000 textfile series: the cost
   per unit (least squares), the fixed cost, and how linear it is;
 - ``bench/rss.py``: peak RSS of each pod shape the chart renders, and of the core pod with a full spool (<= 64 MiB;
