@@ -7,6 +7,13 @@ reads the environment.
 
 ``autojump_clock`` is the suite's own (``tests/clock.py``): it holds the mock clock while a worker thread works.
 
+This machine's kernel log: an agent built in the test process never reads the real ``/dev/kmsg`` (its devRoot
+``/dev`` is swapped for an empty directory when the kernel-log source is built). Its records would add events to
+tests that count them: the suite's own full-disk tests fill a loop-mounted ext4, and the kernel's ``EXT4-fs error``
+lines match the built-in ``filesystem_error`` rule for an hour after. Tests of the kernel log point devRoot at a
+fixture host, or (``tests/kmsg/test_real_kmsg.py``) build the source on ``/dev/kmsg`` themselves. Agents started as
+subprocesses read their config's devRoot; a test of one that counts events sets ``kernelLog: {enabled: false}``.
+
 The skip line: every skip of the run (a test's ``pytest.skip``, a ``skipif`` mark, a skipped module) is put in a
 group, one per missing tool (``SKIP_GROUPS``, matched on the skip's reason) or else one per distinct reason, and the
 run ends with ONE line, ``skipped: GROUP (DIRS, N tests): WHY; ...``. Nothing is printed when nothing skipped.
@@ -18,14 +25,33 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+import msgspec
 import pytest
 
+from nvdaemon.config import Config
+from nvdaemon.kmsg import service as kmsg_service
 from tests.clock import autojump_clock, thread_hold
 
 __all__ = ["autojump_clock", "thread_hold"]  # the suite's own, over pytest-trio's: see tests/clock.py
 
 os.environ.pop("KUBERNETES_SERVICE_HOST", None)
+
+
+@pytest.fixture(autouse=True)
+def no_host_kernel_log(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """In-process agents with the host's devRoot read an empty directory's kernel log (absent): see above."""
+    real = kmsg_service.build_source
+
+    def build_source(c: Config, *args: Any, **kwargs: Any) -> Any:
+        if os.path.normpath(c.dev_root) == "/dev":
+            empty = tmp_path_factory.mktemp("no-host-kmsg")
+            c = msgspec.structs.replace(c, dev_root=str(empty))
+        return real(c, *args, **kwargs)
+
+    monkeypatch.setattr(kmsg_service, "build_source", build_source)
+
 
 # (group, pattern on the skip reason, why). The tools `make test` fetches or installs itself where it can
 # (scripts/fetch-helm, scripts/ensure-test-deps); their reasons name the tool.
