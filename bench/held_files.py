@@ -19,10 +19,12 @@ import trio
 from bench.scrape import agent_config, collectors
 from bench.table import Row
 from nvdaemon.collectors import collectors_for_tier
-from nvdaemon.collectors.base import ANY_FILE, PROC_FILE_MAX, SYSFS_ATTR_MAX, SYSFS_FILE, HostRoots, read_bounded
-from nvdaemon.collectors.hostfiles import PROCFS_FILE, HeldFiles
+from nvdaemon.collectors.base import ANY_FILE, SYSFS_FILE, HostRoots, read_bounded
+from nvdaemon.collectors.hostfiles import HeldFiles
 from nvdaemon.compat.node_exporter import TABLE
+from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
+from nvdaemon.config import NodeExporterConfig
 from nvdaemon.configload import parse_config
 from nvdaemon.tiers import CollectorRunner, collect_tier
 
@@ -46,21 +48,12 @@ def tick_paths() -> list[str]:
     return trio.run(one_tick)
 
 
-def kind_of(path: str) -> tuple[int, int]:
-    """(cap, kind) of a file of this machine's roots, as the collectors read it."""
-    if path.startswith("/sys/"):
-        return SYSFS_ATTR_MAX, SYSFS_FILE
-    top = path.removeprefix("/proc/").partition("/")[0]
-    if path.startswith("/proc/") and not top.isdigit() and top not in ("self", "thread-self"):
-        return PROC_FILE_MAX, PROCFS_FILE
-    return PROC_FILE_MAX, ANY_FILE
-
-
 def run() -> tuple[list[Row], dict[str, Any]]:
     held = HeldFiles()
+    where = NodeContext(HostRoots(), NodeExporterConfig())  # how the node_* surface reads a path: (cap, kind)
     files: list[tuple[str, str, tuple[int, int], int, int]] = []  # path, directory, its identity, cap, kind
     for path in tick_paths():
-        cap, kind = kind_of(path)
+        cap, kind = where.cap_and_kind(path)
         if kind == ANY_FILE:
             continue
         directory = path.rpartition("/")[0]

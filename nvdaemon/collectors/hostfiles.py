@@ -213,7 +213,9 @@ class HeldFiles:
             if held.directory == directory:
                 try:
                     if kind == SYSFS_FILE and limit >= _PAGE:
-                        data = os.pread(held.fd, _PAGE, 0)  # an attribute shorter than a page is whole
+                        # One pread of a page, no call into _read_fd: an attribute shorter than a page is whole
+                        # (1.7 against 2.4 us a held attribute, bench/held_files.py).
+                        data = os.pread(held.fd, _PAGE, 0)
                         if len(data) >= _PAGE:
                             data = _read_fd(held.fd, path, limit, kind, 0, held=True)
                     else:

@@ -27,6 +27,7 @@ from nvdaemon.collectors.base import (
     PROC_TABLE_MAX,
     PROCFS_FILE,
     SYSFS_ATTR_MAX,
+    SYSFS_FILE,
     HostPath,
     HostRoots,
     NotPresent,
@@ -79,14 +80,19 @@ class NodeContext:
 
     def read_limit(self, path: HostPath) -> int:
         """The size cap of a file by where it lives: sysfs attribute, growing /proc table, other file."""
+        return self.cap_and_kind(path)[0]
+
+    def cap_and_kind(self, path: HostPath) -> tuple[int, int]:
+        """``(cap, kind)`` that ``read`` reads ``path`` with (``collectors.hostfiles``: ``SYSFS_FILE``,
+        ``PROCFS_FILE`` or ``ANY_FILE``)."""
         # On the path's string: pathlib's is_relative_to cost as much as the read itself (hundreds per cycle).
         where = os.fspath(path)
         sys_root, proc_root = self._prefixes
         if where.startswith(sys_root):
-            return SYSFS_ATTR_MAX
+            return SYSFS_ATTR_MAX, SYSFS_FILE
         if where.startswith(proc_root):
-            return self._proc_kind(where[len(proc_root) :])[0]
-        return PROC_FILE_MAX
+            return self._proc_kind(where[len(proc_root) :])
+        return PROC_FILE_MAX, ANY_FILE
 
     @staticmethod
     def _proc_kind(rest: str) -> tuple[int, int]:
