@@ -226,6 +226,7 @@ async def collect_tier(
                 await _in_thread(batch.run, threaded[0].limiter)
     finally:
         CYCLE_READS.reset(token)
+        reads.close()  # its errors' tracebacks go: the cache is then freed when the last reference goes
     outcomes, hung = batch.stop()
     outcomes.update(inline)
     outcomes.update(absent)

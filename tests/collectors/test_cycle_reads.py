@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextvars
+import gc
 import threading
+import weakref
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,26 @@ def test_errors_are_shared_too(tmp_path: Path) -> None:
                 read_parsed(tmp_path / "missing", parse)
     finally:
         CYCLE_READS.reset(token)
+
+
+def test_a_closed_cycle_goes_by_reference_counting(tmp_path: Path) -> None:
+    """An error shared by two readers holds no frame once the cycle is closed, so nothing keeps the cache alive in
+    a reference cycle (the garbage collector is off here: only reference counting frees it)."""
+    gc.disable()
+    try:
+        reads = CycleReads()
+        gone = weakref.ref(reads)
+        token = CYCLE_READS.set(reads)
+        try:
+            for _ in range(2):  # the owner, then a reader answered from the cache
+                with pytest.raises(NotPresent) as raised:
+                    read_text(tmp_path / "missing")
+                assert raised.value.__traceback__ is not None  # a reader's own traceback, while it handles it
+            del raised
+        finally:
+            CYCLE_READS.reset(token)
+        reads.close()
+        del reads
+        assert gone() is None
+    finally:
+        gc.enable()
