@@ -250,6 +250,23 @@ def test_netstat_variants(host: Path) -> None:
     check(host, "netstat", 0.0)
 
 
+@pytest.mark.parametrize(
+    ("ttl", "ok"),
+    [
+        ("64x", 0.0),  # a field that is not served still fails the collector when it does not parse
+        ("", 0.0),
+        ("-64", 1.0),  # Go floats that are no plain count still parse
+        ("0x40p0", 1.0),
+        ("1" * 320, 0.0),  # out of a float's range
+    ],
+)
+def test_netstat_checks_every_value(host: Path, ttl: str, ok: float) -> None:
+    """Ip's DefaultTTL is not a node_netstat_* series, yet node_exporter parses it, and fails on it."""
+    snmp = host / "proc/net/snmp"
+    snmp.write_text(snmp.read_text().replace("Ip: 1 64 ", f"Ip: 1 {ttl} ", 1))
+    check(host, "netstat", ok, exact=bool(ok))
+
+
 def test_sockstat_variants(host: Path) -> None:
     (host / "proc/net/sockstat6").unlink()
     check(host, "sockstat", 1.0)

@@ -17,9 +17,9 @@ import re
 import threading
 from pathlib import Path
 
-from nvdaemon.collectors.base import NotPresent
+from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
-from nvdaemon.compat.node_exporter.family import Family
+from nvdaemon.compat.node_exporter.family import SAMPLES_MAX, Family
 from nvdaemon.compat.node_exporter.procstat import CPU_FIELDS, read_stat
 from nvdaemon.compat.node_exporter.sysfs import read_int_file
 from nvdaemon.goparse import glob, parse_int
@@ -27,6 +27,9 @@ from nvdaemon.goparse import glob, parse_int
 JUMP_BACK_SECONDS = 3.0  # an idle step back this large is a CPU that went away and came back
 IDLE = CPU_FIELDS.index("idle")
 _MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+# Each mode's label pair and its index in a /proc/stat cpu line, for node_cpu_seconds_total; then the guest modes'.
+_MODE_FIELDS = tuple((("mode", mode), CPU_FIELDS.index(mode)) for mode in _MODES)
+_GUEST_FIELDS = ((("mode", "user"), CPU_FIELDS.index("guest")), (("mode", "nice"), CPU_FIELDS.index("guest_nice")))
 _UINT16 = 1 << 16
 _CPU_DIR = re.compile(r"cpu[0-9].*", re.DOTALL)
 
@@ -58,7 +61,7 @@ def cpu_dirs(ctx: NodeContext) -> list[Path]:
     return glob(ctx.sys("devices", "system", "cpu"), _CPU_DIR)
 
 
-def _read_uint(ctx: NodeContext, path: Path) -> int | None:
+def _read_uint(ctx: NodeContext, path: str) -> int | None:
     """node_exporter's readUintFromFile; any failure (absent, unreadable, not a number) is None here."""
     try:
         return read_int_file(ctx, path)
@@ -81,13 +84,15 @@ class CpuCollector:
         seconds = Family("node_cpu_seconds_total", "Seconds the CPUs spent in each mode.", "counter")
         guest_help = "Seconds the CPUs spent in guests (VMs) for each mode."
         guest = Family("node_cpu_guest_seconds_total", guest_help, "counter")
+        if len(stats) * len(_MODES) > SAMPLES_MAX:  # Family.add's check, once: the samples are appended as they are
+            raise ParseError(f"{seconds.name}: more than {SAMPLES_MAX} samples")
+        # Label pairs built sorted by name (cpu, mode) and values already floats: Family.add per sample (a dict, a
+        # sort and a length check each) was a third of this collector's CPU, 8 samples a CPU on a 128-CPU node.
         for index, values in enumerate(stats):
-            cpu = str(index)
-            for mode in _MODES:
-                seconds.add(values[CPU_FIELDS.index(mode)], cpu=cpu, mode=mode)
+            cpu = ("cpu", str(index))
+            seconds.samples.extend([((cpu, mode), values[i]) for mode, i in _MODE_FIELDS])
             # guest time is also inside user/nice; node_exporter serves it apart
-            guest.add(values[CPU_FIELDS.index("guest")], cpu=cpu, mode="user")
-            guest.add(values[CPU_FIELDS.index("guest_nice")], cpu=cpu, mode="nice")
+            guest.samples.extend([((cpu, mode), values[i]) for mode, i in _GUEST_FIELDS])
         out += [seconds, guest]
         if self._isolated is not None:
             help_ = "Whether each core is isolated, information from /sys/devices/system/cpu/isolated."
@@ -123,18 +128,19 @@ class CpuCollector:
         """Thermal throttle counts: read from the first CPU (in glob order) of each core and package."""
         packages: dict[int, int] = {}
         cores: dict[int, dict[int, int]] = {}
-        for cpu in cpu_dirs(ctx):
-            package = _read_uint(ctx, cpu / "topology" / "physical_package_id")
-            core = _read_uint(ctx, cpu / "topology" / "core_id")
+        # Paths as strings (the read cache's key): a Path joined per file was a sixth of this collector's CPU.
+        for cpu in map(str, cpu_dirs(ctx)):
+            package = _read_uint(ctx, f"{cpu}/topology/physical_package_id")
+            core = _read_uint(ctx, f"{cpu}/topology/core_id")
             if package is None or core is None:
                 continue
             package_cores = cores.setdefault(package, {})
             if core not in package_cores:  # a sibling that cannot be read leaves the core to the next one
-                count = _read_uint(ctx, cpu / "thermal_throttle" / "core_throttle_count")
+                count = _read_uint(ctx, f"{cpu}/thermal_throttle/core_throttle_count")
                 if count is not None:
                     package_cores[core] = count
             if package not in packages:
-                count = _read_uint(ctx, cpu / "thermal_throttle" / "package_throttle_count")
+                count = _read_uint(ctx, f"{cpu}/thermal_throttle/package_throttle_count")
                 if count is not None:
                     packages[package] = count
         package_help = "Number of times this CPU package has been throttled."
