@@ -10,6 +10,8 @@ Each reference is measured in the same run, on the same machine:
   (target ratio <= 0.25), and the gzip bytes on the wire per scrape;
 - ``bench/held_files.py``: a procfs or sysfs file read through the descriptor the agent holds open, against opened
   afresh, on this machine's own core-tick files;
+- ``bench/tick.py``: in-process CPU of a core tick with the node_* surface and of the gzip render after it, on
+  gpunode, with the garbage collector's share and the objects a tick leaves to it;
 - ``bench/steady.py``: CPU seconds per hour at a real 15 s interval and scrape rate (not scaled), side by side: the
   core tier with the node_* surface (target ratio <= 0.5) and every tier and sink (target ratio <= 1, RSS <= 80 MiB),
   against node_exporter, on gpunode; and the core tier with node_exporter again on this machine's own /proc and /sys;
@@ -145,12 +147,13 @@ def history() -> tuple[list[Row], dict[str, Any]]:
 
 
 def sections() -> list[tuple[str, str, Section]]:
-    from bench import floor, growth, held_files, hostile, kmsg, latency, probes, rss, scrape, steady
+    from bench import floor, growth, held_files, hostile, kmsg, latency, probes, rss, scrape, steady, tick
 
     return [
         ("floor", "core-tier cycle CPU against reading the same files ...", floor.run),
         ("held", "a procfs/sysfs file read through a held descriptor against opened afresh ...", held_files.run),
         ("render", "/metrics render cost, uncached ...", render_cost),
+        ("tick", f"a core+node_* tick and its gzip render in-process, {tick.TICKS} ticks on gpunode ...", tick.run),
         ("scrape", f"/metrics: {scrape.SCRAPES} interleaved scrapes of ours and of node_exporter ...", scrape.run),
         ("steady", f"steady cost over {steady.seconds():g} s at 15 s, two shapes and node_exporter ...", steady.run),
         ("rss", f"peak RSS of each pod shape the chart renders, {rss.TICKS} ticks each ...", rss.run),
