@@ -17,7 +17,7 @@ from nvdaemon.gpu.events import xid_event, xid_severity
 from nvdaemon.gpu.xid import run_xid_source, serve_xid
 from nvdaemon.gpu.xid_catalogue import GO_XID_SEVERITY, XID_DESCRIPTIONS
 from nvdaemon.model import Event, Kind, Phase, Sample
-from nvdaemon.nvml import GpuIdentity, NvmlFailure, NvmlUnavailable, XidNotice
+from nvdaemon.nvml import XID_WAIT_MS, GpuIdentity, NvmlFailure, NvmlUnavailable, XidNotice
 from nvdaemon.nvml.fake import CALLS_KEPT, FakeNvml
 from tests.gpu.conftest import HEALTHY, THERMAL, XID79, make_agent, open_agent_gpu, wait_until
 
@@ -238,7 +238,7 @@ async def test_empty_xid_waits_stay_in_their_worker_thread(monkeypatch: pytest.M
 
 
 async def test_clean_shutdown_with_a_wait_in_flight(tmp_path: Path) -> None:
-    agent = make_agent(tmp_path, extra="shutdownGraceSeconds: 5\n")
+    agent = make_agent(tmp_path, extra="shutdownGraceSeconds: 8\n")
     fakes: list[FakeNvml] = []
     async with trio.open_nursery() as nursery:
         nursery.start_soon(agent.run)
@@ -251,9 +251,9 @@ async def test_clean_shutdown_with_a_wait_in_flight(tmp_path: Path) -> None:
         began = trio.current_time()
         agent.stopping.set()
     took = trio.current_time() - began
-    # At most the XID wait in flight (1 s) plus the rest of the shutdown, with room for a loaded machine; well short
-    # of the 5 s grace that a shutdown waiting on anything else would run into.
-    assert took < 1.0 + 2.0
+    # At most the XID wait in flight plus the rest of the shutdown, with room for a loaded machine; short of the
+    # grace that a shutdown waiting on anything else would run into.
+    assert took < XID_WAIT_MS / 1000 + 2.0
     calls = fakes[0].calls
     assert calls[-4:] == ["xid_wait", "xid_wait_returned", "xid_close", "close"]
     assert agent.gpu is None
