@@ -257,7 +257,7 @@ class CycleReads:
 
         A stored error raised again (``_result``) carries the frames it went through, whose locals hold the entry,
         this cache and the collectors' families: a reference cycle, so a tick in which one file was missing left its
-        whole cache (every text it read) to the cyclic garbage collector: 4,500 objects a core tick with the
+        whole cache (every text it read) to the cyclic garbage collector: 4,339 objects a core tick with the
         node_* surface on gpunode. Without the tracebacks the cache goes by reference counting when the tick ends.
         """
         for entry in self._failed:

@@ -45,8 +45,9 @@ READINGS: tuple[str, ...] = (
 # One XID wait; also the bound on how long cancelling the XID source takes (a shutdown, a reload of the gpu tier:
 # NVML has no way to end a wait early). An XID ends a wait at once, so only an idle node's wakeups depend on it: each
 # costs the agent about 0.1 ms of CPU (a thread woken after sleeping, our loop, the library's return), 1.5-2 ms a
-# 15 s tick at 1 s, a tenth of the CPU of an agent with every tier (bench/steady.py); at 3 s a third of that, and a
-# shutdown within the default 10 s grace still leaves the sinks 7 s.
+# 15 s tick at 1 s, a tenth of the CPU of the agent with every tier that bench/steady.py runs (its threads' CPU
+# from /proc/<pid>/task); at 3 s a third of that, and a shutdown within the default 10 s grace still leaves the
+# sinks 7 s.
 XID_WAIT_MS = 3000
 # The longest NVML string kept. NVML's own buffers hold at most 96 bytes (device name, UUID; the driver version 80,
 # the PCI bus id 32), so a real value is never cut; a longer one (a broken binding, a scenario file) is not a name.

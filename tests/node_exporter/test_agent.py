@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from nvdaemon.collectors import base, collectors_for_tier
-from nvdaemon.collectors.base import HostRoots
+from nvdaemon.collectors.base import Collector, HostRoots
 from nvdaemon.collectors.hostfiles import HeldFiles
 from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.options import DEFAULTS
@@ -181,13 +181,19 @@ def test_this_machine(node_exporter_binary: str, reads: str, monkeypatch: pytest
     assert not diffs, f"{len(diffs)} difference(s) from node_exporter on this machine:\n" + "\n".join(diffs)
 
 
-def test_reads_are_shared_with_the_hardware_surface() -> None:
+def gpunode_core_collectors() -> list[Collector]:
+    """The core tier's collectors with every node_exporter collector on by default, configured for gpunode."""
     loaded = parse_config(
         f"nodeExporter: {{enabled: true, textfileDirectory: {textfile_dir(GPUNODE)}}}\n", "t.yaml", env={}
     )
     collectors = collectors_for_tier("core") + node_exporter_collectors(loaded.config, TABLE)
     for c in collectors:
         c.configure(loaded.config)
+    return collectors
+
+
+def test_reads_are_shared_with_the_hardware_surface() -> None:
+    collectors = gpunode_core_collectors()
 
     async def cycle() -> tuple[int, int]:
         runners = [CollectorRunner(c, trio.CapacityLimiter(4)) for c in collectors]
@@ -201,16 +207,11 @@ def test_reads_are_shared_with_the_hardware_surface() -> None:
 
 
 def test_a_tick_leaves_no_garbage_for_the_cycle_collector() -> None:
-    """A core tick with the node_* surface on gpunode, where some files are missing (a sensor without ``_max``):
-    what it read is freed by reference counting as the tick ends. A missing file's error, raised again to each
+    """A core tick with the node_* surface on gpunode, where some of the files asked for are missing: what it read
+    is freed by reference counting as the tick ends. A missing file's error, raised again to each
     reader, used to hold the frames it went through, and with them the cycle's whole cache: some 4,500 objects a
     tick that only the cyclic garbage collector could free."""
-    loaded = parse_config(
-        f"nodeExporter: {{enabled: true, textfileDirectory: {textfile_dir(GPUNODE)}}}\n", "t.yaml", env={}
-    )
-    collectors = collectors_for_tier("core") + node_exporter_collectors(loaded.config, TABLE)
-    for c in collectors:
-        c.configure(loaded.config)
+    collectors = gpunode_core_collectors()
 
     async def ticks() -> tuple[int, int]:
         runners = [CollectorRunner(c, trio.CapacityLimiter(4)) for c in collectors]
