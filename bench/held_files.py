@@ -18,12 +18,10 @@ import trio
 
 from bench.scrape import agent_config, collectors
 from bench.table import Row
-from nvdaemon.collectors import collectors_for_tier
+from nvdaemon.app import tier_collectors
 from nvdaemon.collectors.base import ANY_FILE, SYSFS_FILE, HostRoots, read_bounded
 from nvdaemon.collectors.hostfiles import HeldFiles
-from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.context import NodeContext
-from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
 from nvdaemon.config import NodeExporterConfig
 from nvdaemon.configload import parse_config
 from nvdaemon.tiers import CollectorRunner, collect_tier
@@ -35,9 +33,7 @@ def tick_paths() -> list[str]:
     """The files one core tick with the node_* surface reads on this machine."""
     root = Path("/")
     loaded = parse_config(json.dumps(agent_config(root, collectors())), "bench.yaml", env={}, host_root=root)
-    cols = collectors_for_tier("core") + node_exporter_collectors(loaded.config, TABLE)
-    for c in cols:
-        c.configure(loaded.config)
+    cols = tier_collectors(loaded.config, "core")
 
     async def one_tick() -> list[str]:
         runners = [CollectorRunner(c, trio.CapacityLimiter(4)) for c in cols]

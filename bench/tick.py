@@ -35,10 +35,7 @@ from bench.common import gpunode_with_disks
 from bench.scrape import agent_config
 from bench.scrape import collectors as node_exporter_names
 from bench.table import Row
-from nvdaemon.app import Agent
-from nvdaemon.collectors import collectors_for_tier
-from nvdaemon.compat.node_exporter import TABLE
-from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
+from nvdaemon.app import Agent, tier_collectors
 from nvdaemon.configload import parse_config
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.tiers import CollectorRunner, collect_tier
@@ -69,9 +66,7 @@ def measure(root: Path, state: Path) -> dict[str, Any]:
     cfg["sinks"] = {"metrics": {"listenAddr": "127.0.0.1:0"}}
     loaded = parse_config(json.dumps(cfg), "bench-tick.yaml", env={}, host_root=root)
     agent = Agent(loaded, host_root=root)
-    collectors = collectors_for_tier("core") + node_exporter_collectors(loaded.config, TABLE)
-    for c in collectors:
-        c.configure(loaded.config)
+    collectors = tier_collectors(loaded.config, "core")
     cache = MetricsCache(agent)
     ticks: list[float] = []
     renders: list[float] = []

@@ -32,7 +32,7 @@ import trio
 from nvdaemon import engine, shutdown
 from nvdaemon.bus import EventBus
 from nvdaemon.collectors import collectors_for_tier
-from nvdaemon.collectors.base import HostRoots
+from nvdaemon.collectors.base import Collector, HostRoots
 from nvdaemon.compat.node_exporter import TABLE as NODE_EXPORTER_TABLE
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
 from nvdaemon.config import Config, LoadedConfig, ServerConfig
@@ -569,16 +569,23 @@ async def _stop_all(sup: Supervisor, names: list[str]) -> None:
             nursery.start_soon(sup.stop, name)
 
 
+def tier_collectors(config: Config, tier: str, gpu: GpuRuntime | None = None) -> list[Collector]:
+    """The collectors a tier runs, configured: the gpu tier's from the open GPU runtime, the core tier's with the
+    node_exporter drop-in's (nodeExporter.enabled runs its collectors in the core tier)."""
+    collectors = gpu.collectors() if gpu is not None else collectors_for_tier(tier)
+    if tier == "core":
+        collectors += node_exporter_collectors(config, NODE_EXPORTER_TABLE)
+    for collector in collectors:
+        collector.configure(config)
+    return collectors
+
+
 async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Collect ``tier`` every interval at a fixed rate (missed ticks are skipped, not bunched up)."""
     config = agent.loaded.config
     gpu = agent.gpu if tier == "gpu" else None  # NVML calls run under the GPU runtime's own limiter
     limiter = gpu.limiter if gpu is not None else trio.CapacityLimiter(4)
-    collectors = gpu.collectors() if gpu is not None else collectors_for_tier(tier)
-    if tier == "core":  # the node_exporter drop-in (nodeExporter.enabled) runs its collectors in the core tier
-        collectors += node_exporter_collectors(config, NODE_EXPORTER_TABLE)
-    for collector in collectors:
-        collector.configure(config)
+    collectors = tier_collectors(config, tier, gpu)
     runners = [CollectorRunner(c, limiter) for c in collectors]
     interval = agent.interval(tier)
     roots = agent.roots

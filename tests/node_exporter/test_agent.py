@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from nvdaemon.collectors import base, collectors_for_tier
+from nvdaemon.app import tier_collectors
+from nvdaemon.collectors import base
 from nvdaemon.collectors.base import Collector, HostRoots
 from nvdaemon.collectors.hostfiles import HeldFiles
 from nvdaemon.compat.node_exporter import TABLE
@@ -186,10 +187,7 @@ def gpunode_core_collectors() -> list[Collector]:
     loaded = parse_config(
         f"nodeExporter: {{enabled: true, textfileDirectory: {textfile_dir(GPUNODE)}}}\n", "t.yaml", env={}
     )
-    collectors = collectors_for_tier("core") + node_exporter_collectors(loaded.config, TABLE)
-    for c in collectors:
-        c.configure(loaded.config)
-    return collectors
+    return tier_collectors(loaded.config, "core")
 
 
 def test_reads_are_shared_with_the_hardware_surface() -> None:

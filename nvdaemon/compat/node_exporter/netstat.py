@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 
-from nvdaemon.collectors.base import NotPresent, ParseError
+from nvdaemon.collectors.base import NotPresent, ParseError, all_uints
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, untyped
 from nvdaemon.goparse import parse_float, scan_lines
@@ -70,8 +70,9 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
         texts = list(fields.values())
         # Every value must parse, as node_exporter fails on any (parse_float per value was two thirds of this
         # collector's CPU: a host has some 400 fields, of which some 30 are served). Plain unsigned counts, all
-        # of them but Tcp's MaxConn -1, are checked at once; then only the selected fields are converted.
-        if not _plain_counts(texts):
+        # of them but Tcp's MaxConn -1, are checked at once (float() of one is Go's value; a value split(" ") left
+        # empty is not one); then only the selected fields are converted.
+        if not (all(texts) and all_uints(texts)):
             for name, text in fields.items():
                 try:
                     parse_float(text)
@@ -82,13 +83,6 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
             value = parse_float(fields[name])
             families.append(untyped(f"node_netstat_{key}", f"Statistic {protocol}{name}.", value))
     out.extend(families)
-
-
-def _plain_counts(texts: list[str]) -> bool:
-    """Whether every text is a run of 1 to 299 ASCII digits (``parse_float``'s own fast case: ``float()`` of it is
-    Go's value)."""
-    joined = "".join(texts)
-    return joined.isascii() and joined.isdigit() and min(map(len, texts)) > 0 and max(map(len, texts)) < 300
 
 
 # (protocol, its field names in file order) -> the names FIELDS selects: the same few lines every cycle.
