@@ -51,6 +51,7 @@ from nvdaemon.statefile import atomic_write
 from nvdaemon.supervise import Supervisor, TaskState
 from nvdaemon.tiers import CollectorRunner, collect_tier
 from nvdaemon.view import AgentView, EventKey, Surfaces
+from nvdaemon.worker_thread import ReusableThread
 
 if TYPE_CHECKING:
     from nvdaemon.kmsg.source import KmsgSource
@@ -587,12 +588,13 @@ async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None]
     limiter = gpu.limiter if gpu is not None else trio.CapacityLimiter(4)
     collectors = tier_collectors(config, tier, gpu)
     runners = [CollectorRunner(c, limiter) for c in collectors]
+    worker = ReusableThread(f"tier {tier}")  # the same thread every tick while it is free (nvdaemon.worker_thread)
     interval = agent.interval(tier)
     roots = agent.roots
     next_tick = trio.current_time()
     first = True
     while True:
-        snap = await collect_tier(tier, runners, roots, config.collector_timeout_seconds)
+        snap = await collect_tier(tier, runners, roots, config.collector_timeout_seconds, worker)
         agent.on_snapshot(snap)
         # Liveness: the loop collected and evaluated. Saving engine state may wait for the webhook spool (up to
         # DURABLE_WAIT_SECONDS, e.g. while a reload replaces an endpoint); that wait is the loop running, not stuck,

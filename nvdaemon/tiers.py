@@ -18,22 +18,20 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import outcome
 import trio
 
 from nvdaemon.collectors.base import CYCLE_READS, Collector, CycleReads, Gathered, HostRoots, NotPresent
 from nvdaemon.model import CollectorStatus, Interpreted, TierSnapshot
 from nvdaemon.supervise import describe
-
-if TYPE_CHECKING:
-    from outcome import Outcome as ThreadResult  # trio's own dependency: what a worker thread hands back
+from nvdaemon.worker_thread import ReusableThread
 
 log = logging.getLogger(__name__)
 
@@ -152,13 +150,14 @@ class _Batch:
             return dict(self.outcomes), self.current
 
 
-async def _in_thread(work: Callable[[], None], limiter: trio.CapacityLimiter) -> None:
-    """Run ``work`` in a worker thread, in a copy of this context, holding ``limiter`` until it has returned.
+async def _in_thread(work: Callable[[], None], limiter: trio.CapacityLimiter, worker: ReusableThread) -> None:
+    """Run ``work`` in ``worker``'s thread, in a copy of this context, holding ``limiter`` until it has returned.
 
     ``trio.to_thread.run_sync`` does the same with more per-call machinery (a message channel back into Trio, the
-    thread's OS name), which cost about twice the CPU of this round trip. On cancellation the thread is abandoned
-    (it keeps running; ``_Batch`` makes it stop early) and ``trio.Cancelled`` propagates; the limiter is released
-    only once the thread has really returned.
+    thread's OS name), which cost about twice the CPU of this round trip, and its thread cache lets a worker go
+    after 10 s idle, so a 15 s tick paid a new thread every time (``nvdaemon.worker_thread``). On cancellation the
+    thread is abandoned (it keeps running; ``_Batch`` makes it stop early) and ``trio.Cancelled`` propagates; the
+    limiter is released only once the thread has really returned.
     """
     borrower = object()
     try:
@@ -169,12 +168,12 @@ async def _in_thread(work: Callable[[], None], limiter: trio.CapacityLimiter) ->
     token = trio.lowlevel.current_trio_token()
     waiting = [True]  # False once the wait was cancelled: the result then has no one to go to
 
-    def back(result: ThreadResult[None]) -> None:  # on the loop
+    def back(result: outcome.Outcome[None]) -> None:  # on the loop
         limiter.release_on_behalf_of(borrower)
         if waiting[0]:
             trio.lowlevel.reschedule(task, result)
 
-    def deliver(result: ThreadResult[None]) -> None:  # in the worker thread, once work returned
+    def deliver(result: outcome.Outcome[None]) -> None:  # in the worker thread, once work returned
         with contextlib.suppress(trio.RunFinishedError):  # the run ended while the thread was stuck
             token.run_sync_soon(back, result)
 
@@ -183,7 +182,7 @@ async def _in_thread(work: Callable[[], None], limiter: trio.CapacityLimiter) ->
         return trio.lowlevel.Abort.SUCCEEDED
 
     context = contextvars.copy_context()
-    trio.lowlevel.start_thread_soon(functools.partial(context.run, work), deliver)
+    worker.run_soon(lambda: deliver(outcome.capture(context.run, work)))
     await trio.lowlevel.wait_task_rescheduled(abort)
 
 
@@ -195,10 +194,14 @@ def _present(collector: Collector, roots: HostRoots) -> bool:
 
 
 async def collect_tier(
-    tier: str, runners: Sequence[CollectorRunner], roots: HostRoots, read_timeout: float
+    tier: str,
+    runners: Sequence[CollectorRunner],
+    roots: HostRoots,
+    read_timeout: float,
+    worker: ReusableThread | None = None,
 ) -> TierSnapshot:
     """Run every collector of a tier (on the loop or in one worker thread, see ``_Batch``); a failing one keeps its
-    partial samples."""
+    partial samples. ``worker``: the tier loop's thread, kept from tick to tick (a new one when not given)."""
     began = trio.current_time()
     collected_at = time.time()
     await trio.lowlevel.checkpoint_if_cancelled()
@@ -223,7 +226,7 @@ async def collect_tier(
                 inline[runner.collector.name] = runner.gather_outcome(roots)
         if threaded:
             with trio.move_on_after(timeout):
-                await _in_thread(batch.run, threaded[0].limiter)
+                await _in_thread(batch.run, threaded[0].limiter, worker or ReusableThread(f"tier {tier}"))
     finally:
         CYCLE_READS.reset(token)
         reads.close()  # its errors' tracebacks go: the cache is then freed when the last reference goes

@@ -14,6 +14,7 @@ import trio.testing
 from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, NotPresent, ParseError, interpreted
 from nvdaemon.model import Sample
 from nvdaemon.tiers import STILL_READING, CollectorRunner, collect_tier
+from nvdaemon.worker_thread import ReusableThread
 
 ROOTS = HostRoots()
 
@@ -206,3 +207,28 @@ async def test_a_source_the_node_lacks_is_reported_absent_without_a_gather() -> 
     runner, samples = await run_once(missing)
     assert missing.calls == 0 and samples == []
     assert runner.status.present is False and runner.status.success and runner.status.errors == ()
+
+
+async def test_a_tier_loop_reads_in_the_same_thread_every_tick_until_one_hangs() -> None:
+    # Real time, as above. The tier loop's worker thread is kept between ticks (a new thread per tick cost more CPU
+    # than handing work to a waiting one); a hung read keeps its thread and the next tick gets another.
+    worker = ReusableThread("tier core")
+    release = threading.Event()
+    fake, other = Fake("ok", release), Other("ok")
+    limiter = trio.CapacityLimiter(4)
+    runners = [CollectorRunner(fake, limiter), CollectorRunner(other, limiter)]
+    try:
+        for _ in range(3):
+            snap = await collect_tier("core", runners, ROOTS, 30.0, worker)
+            assert snap.collectors["fake"].success and snap.collectors["other"].success
+            while not worker.free():  # the thread hands the result back, then waits for work (ticks are 15 s apart)
+                await trio.sleep(0.001)
+        assert len(set(fake.threads + other.threads)) == 1 and worker.started == 1
+        fake.behaviour = "hang"
+        snap = await collect_tier("core", runners, ROOTS, 0.2, worker)
+        assert snap.collectors["fake"].errors == ("read timed out after 0.2s",)
+        snap = await collect_tier("core", runners, ROOTS, 30.0, worker)
+        assert STILL_READING in snap.collectors["fake"].errors[0] and snap.collectors["other"].success
+        assert worker.started == 2 and other.threads[-1] != fake.threads[-1]
+    finally:
+        release.set()

@@ -33,6 +33,7 @@ from typing import Protocol
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
 from nvdaemon.compat.node_exporter.family import Family, gauge
 from nvdaemon.compat.node_exporter.options import compile_filter
+from nvdaemon.worker_thread import ReusableThread
 
 _LABELS = ("device", "mountpoint", "fstype")
 # Kernel file systems whose statfs answers from memory or a local block device (no network round trip, no user
@@ -112,14 +113,14 @@ def _excluded(pattern: re.Pattern[str] | None, value: str) -> bool:
 
 
 class _Call:
-    """One statfs, in its own thread so that the collector can stop waiting for it."""
+    """One statfs, in a thread of its mount point's own so that the collector can stop waiting for it."""
 
-    def __init__(self, owner: FilesystemCollector, mount_point: str, path: str) -> None:
+    def __init__(self, owner: FilesystemCollector, mount_point: str, path: str, thread: ReusableThread) -> None:
         self.owner = owner
         self.mount_point = mount_point
         self.done = threading.Event()
         self.result: StatResult | None = None
-        threading.Thread(target=self._run, args=(path,), name=f"statfs {mount_point}", daemon=True).start()
+        thread.run_soon(lambda: self._run(path))
 
     def _run(self, path: str) -> None:
         try:
@@ -149,7 +150,7 @@ class _Batch:
         self.results: list[StatResult | None] = [None] * len(items)
         self.current: str | None = None  # the mount point whose statfs is under way
         self.abandoned = False  # the collector stopped waiting: a late return must not go on with the rest
-        threading.Thread(target=self._run, args=(items,), name="statfs local mounts", daemon=True).start()
+        owner.batch_thread.run_soon(lambda: self._run(items))
 
     def _run(self, items: list[tuple[str, str]]) -> None:
         owner = self.owner
@@ -191,13 +192,20 @@ class FilesystemCollector:
         self.statfs: StatFS = statfs or os.statvfs
         self.lock = threading.Lock()
         self.stuck: set[str] = set()
+        # Kept from cycle to cycle (a new thread per statfs batch cost more than the batch, nvdaemon.worker_thread):
+        # one for the local batch, one per other mount point, forgotten once the mount point is gone.
+        self.batch_thread = ReusableThread("statfs local mounts")
+        self.mount_threads: dict[str, ReusableThread] = {}
 
     def start(self, mount_point: str, path: str) -> _Call | None:
         """A statfs of ``path`` under way, or ``None`` while an earlier one of this mount point is still blocked."""
         with self.lock:
             if mount_point in self.stuck:
                 return None
-        return _Call(self, mount_point, path)
+        thread = self.mount_threads.get(mount_point)
+        if thread is None:
+            thread = self.mount_threads[mount_point] = ReusableThread(f"statfs {mount_point}")
+        return _Call(self, mount_point, path, thread)
 
     def collect(self, ctx: NodeContext, out: list[Family]) -> None:
         opts = ctx.options.filesystem
@@ -226,6 +234,8 @@ class FilesystemCollector:
             if not (_excluded(points_exclude, m.mount_point) or _excluded(types_exclude, m.fs_type))
         ]
         paths = [os.path.normpath(os.path.join(rootfs, m.mount_point.lstrip("/"))) for m in selected]
+        points = {m.mount_point for m in selected}
+        self.mount_threads = {p: t for p, t in self.mount_threads.items() if p in points}
         with self.lock:
             stuck = set(self.stuck)
         local = [i for i, m in enumerate(selected) if m.fs_type in LOCAL_TYPES and m.mount_point not in stuck]
