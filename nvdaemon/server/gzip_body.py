@@ -8,19 +8,21 @@ asks for gzip after the change, and every other scrape gets the same compressed 
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterable
 
+from isal import isal_zlib
 from werkzeug.datastructures import Accept
 from werkzeug.http import parse_accept_header
 
-# Level 5. One compression of the gpunode fixture page with the node_exporter surface on (30 collectors, 159,599
-# bytes): level 1 gave 27,297 bytes in 0.55 ms, level 6 (zlib's default) 23,063 bytes in 1.6 ms (level 9: 22,701
-# bytes, 3.5 ms). The time is paid once per changed page (at most once per tick), the size on every scrape by every
-# scraper, so level 1's 15 % more bytes are not worth its millisecond. Level 5 is the knee: on that page (158,303
-# bytes) 23,002 bytes in 1.13 ms against level 6's 22,777 in 1.65 ms (level 4: 24,014 bytes, 0.87 ms; median of 60
-# compressions): 1 % more bytes on the wire for a third less compression time, half a millisecond per tick.
-LEVEL = 5
+# Intel's ISA-L (python-isal), level 2 (its default), not zlib. The page is compressed once per tick, so its CPU
+# counts on every node. One compression of the gpunode page with the node_exporter surface on (161,078 bytes; median
+# of 60, this 2-CPU VM): ISA-L level 2 gave 26,531 bytes in 0.095 ms; zlib level 5 (used until then) 23,684 bytes in
+# 1.1 ms (1.36 ms with the caches cold, as after a 15 s tick), level 1 27,718 bytes in 0.54 ms, level 6 23,461 bytes
+# in 1.6 ms; zlib-ng level 5 23,507 bytes in 0.73 ms. 12 % more bytes than zlib level 5 (2.8 KB a scrape, about
+# 190 bytes a second at 15 s) for a twelfth of the CPU; node_exporter's own gzip (Go, level 6) sends 18 KB for its
+# smaller page. The stream is plain gzip (RFC 1952): every client and stdlib gzip read it.
+LEVEL = 2
+_GZIP_WBITS = 16 + 15  # a gzip header and trailer around a 32 KiB-window deflate stream; header mtime 0
 
 
 def accept_encodings(values: Iterable[str]) -> Accept:
@@ -40,7 +42,7 @@ def accepts_gzip(accepted: Accept) -> bool:
 class GzipBody:
     """The gzip of the latest body it was given: compressed again only when the body is another object (the
     metrics cache hands out the same bytes object until the page changes). ``compressions`` counts compressions.
-    The output has no timestamp or name (``mtime=0``), so identical pages give identical bytes."""
+    The output has no timestamp or name (mtime 0), so identical pages give identical bytes."""
 
     def __init__(self) -> None:
         self._source: bytes | None = None
@@ -49,7 +51,7 @@ class GzipBody:
 
     def of(self, body: bytes) -> bytes:
         if body is not self._source:
-            self._compressed = gzip.compress(body, compresslevel=LEVEL, mtime=0)
+            self._compressed = isal_zlib.compress(body, LEVEL, _GZIP_WBITS)
             self._source = body
             self.compressions += 1
         return self._compressed
