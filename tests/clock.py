@@ -6,9 +6,10 @@ time runs on, and a ``fail_after``, a retry delay or a window's end comes due be
 test passes then depends on how fast the machine runs the thread, and on a busy 2-CPU runner it did not.
 
 ``ThreadHold`` (fixture ``thread_hold``) holds the clock (no autojump) from the moment a worker thread is started
-until its result is back on the loop, through either way the agent starts threads: ``trio.to_thread.run_sync`` and
-``trio.lowlevel.start_thread_soon`` (``nvdaemon/tiers.py``'s own round trip). Virtual time then moves exactly as in
-production relative to the work, whatever the machine's load.
+until its result is back on the loop, through every way the agent starts threads: ``trio.to_thread.run_sync``,
+``trio.lowlevel.start_thread_soon`` and ``ReusableThread.run_soon`` (``nvdaemon/worker_thread.py``: the tier loops'
+round trip, ``nvdaemon/tiers.py``). Virtual time then moves exactly as in production relative to the work, whatever
+the machine's load.
 
 A thread a test keeps blocked on purpose would hold the clock for ever, so a hold lasts at most ``hold_limit`` real
 seconds (far beyond any real thread's work here) before the clock jumps anyway. Each such jump is counted in
@@ -33,6 +34,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+
+from nvdaemon.worker_thread import ReusableThread
 
 HOLD_LIMIT = 60.0  # real seconds of a stuck thread before the clock jumps anyway
 THREAD_DELAY = float(os.environ.get("NVDAEMON_TEST_THREAD_DELAY") or 0)  # real seconds, before each thread's work
@@ -122,6 +125,28 @@ def _held_start_thread_soon(hold: ThreadHold, real: Callable[..., Any]) -> Calla
     return start_thread_soon
 
 
+def _held_run_soon(hold: ThreadHold, real: Callable[[ReusableThread, Callable[[], None]], None]) -> Callable[..., None]:
+    @functools.wraps(real)
+    def run_soon(self: ReusableThread, job: Callable[[], None]) -> None:
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:  # from a worker thread (the file system collector's statfs): its own thread holds
+            real(self, _delayed(job))
+            return
+        since = hold.hold()
+
+        def held() -> None:  # in the worker thread; the job hands its result to the loop first (see above)
+            try:
+                _delayed(job)()
+            finally:
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(hold.release, since)
+
+        real(self, held)
+
+    return run_soon
+
+
 @pytest.fixture
 def thread_hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[ThreadHold]:
     """The hold on the suite's ``autojump_clock``; a test that blocks a worker thread on purpose asks for this
@@ -131,6 +156,7 @@ def thread_hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[ThreadHold]:
     monkeypatch.setattr(
         trio.lowlevel, "start_thread_soon", _held_start_thread_soon(hold, trio.lowlevel.start_thread_soon)
     )
+    monkeypatch.setattr(ReusableThread, "run_soon", _held_run_soon(hold, ReusableThread.run_soon))
     yield hold
     assert hold.expired_holds == 0, (
         f"{hold.expired_holds} worker thread(s) ran for over {hold.hold_limit:g} real seconds while the test waited "

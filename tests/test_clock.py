@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 from nvdaemon.tiers import _in_thread
+from nvdaemon.worker_thread import ReusableThread
 from tests.clock import ThreadHold
 
 SLOW = 0.3  # real seconds of "work" in the thread
@@ -36,16 +37,21 @@ async def test_virtual_time_stands_still_while_to_thread_works(autojump_clock: t
     assert await virtual_time_of_thread_work() == 0
 
 
-async def test_virtual_time_stands_still_while_a_start_thread_soon_round_trip_works(
-    autojump_clock: trio.testing.MockClock,
+async def test_virtual_time_stands_still_while_a_tier_thread_round_trip_works(
+    autojump_clock: trio.testing.MockClock, thread_hold: ThreadHold
 ) -> None:
+    # The tier loops' round trip (_in_thread in a ReusableThread), twice: in a new thread, then in the same one.
     done: list[str] = []
-    began = trio.current_time()
+    worker = ReusableThread("tier core")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trio.sleep, 1000)
-        await _in_thread(lambda: done.append(slow_work()), trio.CapacityLimiter(1))
-        assert done == ["done"] and trio.current_time() == began
+        for _ in range(2):
+            began = trio.current_time()
+            await _in_thread(lambda: done.append(slow_work()), trio.CapacityLimiter(1), worker)
+            assert trio.current_time() == began
+        assert done == ["done", "done"] and thread_hold.threads_seen == 2 and worker.started <= 2
         nursery.cancel_scope.cancel()
+    assert thread_hold.in_flight == 0
 
 
 async def test_the_clock_jumps_again_once_the_thread_is_back(
