@@ -64,7 +64,12 @@ def test_a_stuck_job_gets_the_next_job_a_new_thread_and_its_thread_ends_once_it_
 def test_the_thread_that_was_stuck_is_kept_when_no_other_is_free() -> None:
     worker = ReusableThread("statfs local mounts")
     release, entered = threading.Event(), threading.Event()
-    worker.run_soon(lambda: (entered.set(), release.wait(WAIT)))
+
+    def hang() -> None:
+        entered.set()
+        release.wait(WAIT)
+
+    worker.run_soon(hang)
     assert entered.wait(WAIT)
     # The job returns with no other thread started: its thread takes the next job.
     release.set()
