@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 import weakref
@@ -108,3 +109,45 @@ def test_what_a_finished_job_held_is_not_kept_by_the_idle_thread() -> None:
     del job
     wait_free(worker)  # the thread is back waiting for work, the job it ran no longer referenced
     assert payload() is None
+
+
+def test_a_thread_ends_once_its_owner_is_gone() -> None:
+    # A reload replaces a tier loop (and its collectors): the idle threads of the old ones end without waiting out
+    # their idle time.
+    worker = ReusableThread("tier core")
+    thread = run(worker)
+    wait_free(worker)
+    del worker
+    gc.collect()
+    thread.join(WAIT)
+    assert not thread.is_alive()
+
+
+def test_a_stuck_thread_ends_when_its_job_returns_after_its_owner_is_gone() -> None:
+    worker = ReusableThread("tier core")
+    release, entered = threading.Event(), threading.Event()
+    stuck: list[threading.Thread] = []
+
+    def hang() -> None:
+        stuck.append(threading.current_thread())
+        entered.set()
+        release.wait(WAIT)
+
+    worker.run_soon(hang)
+    assert entered.wait(WAIT)
+    del worker
+    gc.collect()
+    release.set()
+    stuck[0].join(WAIT)
+    assert not stuck[0].is_alive()
+
+
+def test_threads_that_ended_leave_nothing_behind() -> None:
+    # A tier whose interval is longer than the idle time starts a thread every tick: what it keeps per thread goes
+    # with the thread.
+    worker = ReusableThread("tier smart", idle_seconds=0.001)
+    for _ in range(20):
+        thread = run(worker)
+        thread.join(WAIT)
+        assert not thread.is_alive()
+    assert worker.started == 20 and not worker._inboxes
