@@ -6,10 +6,9 @@ time runs on, and a ``fail_after``, a retry delay or a window's end comes due be
 test passes then depends on how fast the machine runs the thread, and on a busy 2-CPU runner it did not.
 
 ``ThreadHold`` (fixture ``thread_hold``) holds the clock (no autojump) from the moment a worker thread is started
-until its result is back on the loop, through every way the agent starts threads: ``trio.to_thread.run_sync``,
-``trio.lowlevel.start_thread_soon`` and ``ReusableThread.run_soon`` (``nvdaemon/worker_thread.py``: the tier loops'
-round trip, ``nvdaemon/tiers.py``). Virtual time then moves exactly as in production relative to the work, whatever
-the machine's load.
+until its result is back on the loop, through both ways the agent starts threads: ``trio.to_thread.run_sync`` and
+``ReusableThread.run_soon`` (``nvdaemon/worker_thread.py``: the tier loops' round trip, ``nvdaemon/tiers.py``).
+Virtual time then moves exactly as in production relative to the work, whatever the machine's load.
 
 A thread a test keeps blocked on purpose would hold the clock for ever, so a hold lasts at most ``hold_limit`` real
 seconds (far beyond any real thread's work here) before the clock jumps anyway. Each such jump is counted in
@@ -102,29 +101,6 @@ def _held_run_sync(hold: ThreadHold, real: Callable[..., Any]) -> Callable[..., 
     return run_sync
 
 
-def _held_start_thread_soon(hold: ThreadHold, real: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(real)
-    def start_thread_soon(fn: Callable[[], Any], deliver: Callable[[Any], Any], name: str | None = None) -> None:
-        try:
-            token = trio.lowlevel.current_trio_token()
-        except RuntimeError:  # started from outside the run (no loop to hold): nothing to hold
-            real(fn, deliver, name=name)
-            return
-        since = hold.hold()
-
-        def delivered(result: Any) -> None:  # in the worker thread
-            # The result first (``deliver`` queues its own callback on the loop), the release after it: callbacks run
-            # in order, so the waiting task is runnable again before the clock may jump. Released first, the clock
-            # could jump in between, while this thread had not yet queued the result (seen under load).
-            deliver(result)
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(hold.release, since)
-
-        real(_delayed(fn), delivered, name=name)
-
-    return start_thread_soon
-
-
 def _held_run_soon(hold: ThreadHold, real: Callable[[ReusableThread, Callable[[], None]], None]) -> Callable[..., None]:
     @functools.wraps(real)
     def run_soon(self: ReusableThread, job: Callable[[], None]) -> None:
@@ -135,7 +111,10 @@ def _held_run_soon(hold: ThreadHold, real: Callable[[ReusableThread, Callable[[]
             return
         since = hold.hold()
 
-        def held() -> None:  # in the worker thread; the job hands its result to the loop first (see above)
+        def held() -> None:  # in the worker thread
+            # The job first (it queues its result's callback on the loop), the release after it: callbacks run in
+            # order, so the waiting task is runnable again before the clock may jump. Released first, the clock
+            # could jump in between, while this thread had not yet queued the result (seen under load).
             try:
                 _delayed(job)()
             finally:
@@ -153,9 +132,6 @@ def thread_hold(monkeypatch: pytest.MonkeyPatch) -> Iterator[ThreadHold]:
     fixture and calls ``expect_stuck_threads()``."""
     hold = ThreadHold(trio.testing.MockClock(autojump_threshold=0))
     monkeypatch.setattr(trio.to_thread, "run_sync", _held_run_sync(hold, trio.to_thread.run_sync))
-    monkeypatch.setattr(
-        trio.lowlevel, "start_thread_soon", _held_start_thread_soon(hold, trio.lowlevel.start_thread_soon)
-    )
     monkeypatch.setattr(ReusableThread, "run_soon", _held_run_soon(hold, ReusableThread.run_soon))
     yield hold
     assert hold.expired_holds == 0, (

@@ -26,6 +26,21 @@ def run(worker: ReusableThread) -> threading.Thread:
     return ran[0]
 
 
+def start_stuck(worker: ReusableThread) -> tuple[threading.Thread, threading.Event]:
+    """Start a job in ``worker`` that blocks until the returned event is set; the thread it blocks."""
+    release, entered = threading.Event(), threading.Event()
+    stuck: list[threading.Thread] = []
+
+    def hang() -> None:
+        stuck.append(threading.current_thread())
+        entered.set()
+        release.wait(WAIT)
+
+    worker.run_soon(hang)
+    assert entered.wait(WAIT)
+    return stuck[0], release
+
+
 def wait_free(worker: ReusableThread) -> None:
     """Until a thread of ``worker``'s waits for work."""
     deadline = time.monotonic() + WAIT
@@ -43,40 +58,24 @@ def test_jobs_one_after_another_share_one_thread() -> None:
 
 def test_a_stuck_job_gets_the_next_job_a_new_thread_and_its_thread_ends_once_it_returns() -> None:
     worker = ReusableThread("tier core")
-    release, entered = threading.Event(), threading.Event()
-    stuck: list[threading.Thread] = []
-
-    def hang() -> None:
-        stuck.append(threading.current_thread())
-        entered.set()
-        release.wait(WAIT)
-
-    worker.run_soon(hang)
-    assert entered.wait(WAIT)
+    stuck, release = start_stuck(worker)
     second = run(worker)  # not held up by the stuck one
-    assert second is not stuck[0] and worker.started == 2
+    assert second is not stuck and worker.started == 2
     assert run(worker) is second  # the free thread is the one reused
     release.set()
-    stuck[0].join(WAIT)  # another thread is free: the one that was stuck ends instead of waiting for work
-    assert not stuck[0].is_alive()
+    stuck.join(WAIT)  # another thread is free: the one that was stuck ends instead of waiting for work
+    assert not stuck.is_alive()
     assert run(worker) is second and worker.started == 2
 
 
 def test_the_thread_that_was_stuck_is_kept_when_no_other_is_free() -> None:
     worker = ReusableThread("statfs local mounts")
-    release, entered = threading.Event(), threading.Event()
-
-    def hang() -> None:
-        entered.set()
-        release.wait(WAIT)
-
-    worker.run_soon(hang)
-    assert entered.wait(WAIT)
+    stuck, release = start_stuck(worker)
     # The job returns with no other thread started: its thread takes the next job.
     release.set()
     wait_free(worker)
     first = run(worker)
-    assert worker.started == 1 and run(worker) is first
+    assert worker.started == 1 and first is stuck and run(worker) is first
 
 
 def test_an_idle_thread_ends_after_its_idle_time() -> None:
@@ -125,21 +124,12 @@ def test_a_thread_ends_once_its_owner_is_gone() -> None:
 
 def test_a_stuck_thread_ends_when_its_job_returns_after_its_owner_is_gone() -> None:
     worker = ReusableThread("tier core")
-    release, entered = threading.Event(), threading.Event()
-    stuck: list[threading.Thread] = []
-
-    def hang() -> None:
-        stuck.append(threading.current_thread())
-        entered.set()
-        release.wait(WAIT)
-
-    worker.run_soon(hang)
-    assert entered.wait(WAIT)
+    stuck, release = start_stuck(worker)
     del worker
     gc.collect()
     release.set()
-    stuck[0].join(WAIT)
-    assert not stuck[0].is_alive()
+    stuck.join(WAIT)
+    assert not stuck.is_alive()
 
 
 def test_threads_that_ended_leave_nothing_behind() -> None:
