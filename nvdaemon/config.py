@@ -105,7 +105,9 @@ class ServerConfig(_Section):
     api_token_file: FilePath = ""  # bearer token guarding /v1/*; /metrics, /healthz, /readyz stay open
     max_request_bytes: Annotated[int, msgspec.Meta(ge=1, le=16 << 20)] = 65536  # larger request bodies get 413
     header_timeout_seconds: Timeout = 10.0  # each request head must be complete within this long
-    idle_timeout_seconds: Timeout = 10.0  # a keep-alive connection with no request in progress is closed after it
+    # A keep-alive connection with no request in progress is closed after it: above the scrape interval, so Prometheus
+    # (default interval 1 min) keeps its connection from scrape to scrape as it does with node_exporter.
+    idle_timeout_seconds: Timeout = 120.0
     # Served at once; above it only /healthz and /readyz are answered (503 otherwise).
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1024
     max_websocket_message_bytes: Annotated[int, msgspec.Meta(ge=1, le=16 << 20)] = 4096  # inbound; larger: 1009

@@ -27,8 +27,9 @@ from typing import Any, Protocol
 
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.lifespan import Lifespan
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
@@ -59,19 +60,61 @@ def connection_cap(max_connections: int) -> int:
 
 
 class _TCPServer(TCPServer):
-    """Hypercorn's connection, ending when the peer has gone: its idle timer otherwise keeps the connection's task
-    group, and so its slot under the cap, for up to ``keep_alive_timeout`` after the peer closed. And ending when
-    hypercorn has closed the socket itself (``closed``, called then): a client that had already sent its next
-    request when the server decided to close (keep-alive not recycled while stopping) leaves hypercorn's reader
-    waiting for a resume that never comes, on a closed socket, until the graceful timeout cancels it."""
+    """Hypercorn's connection, with two timers where hypercorn has one, ending when the peer has gone.
 
-    def __init__(self, *args: Any, closed: Callable[[], None]) -> None:
+    **Two timers.** Hypercorn runs one timer (``keep_alive_timeout``) from the connection's start and from the end of
+    each response until the next request head is complete: it bounds a client dribbling a head and an idle
+    keep-alive connection alike, so one value served both, the shorter. Prometheus keeps its connection between
+    scrapes (Prometheus 2.42 scraping every 15 s reused one connection for every scrape), so an idle limit below the
+    scrape interval made it reconnect for every scrape, a new connection each time (TCP set-up and hypercorn's
+    per-connection tasks: ``make bench ARGS=scrape``, keep-alive against new-connection rows). Here, as Go's
+    ``net/http`` does with ``IdleTimeout`` and ``ReadHeaderTimeout``: a head must be complete within
+    ``header_timeout`` of the connection's start, or of its first byte once the connection was idle; an idle
+    connection (a response sent, no byte of the next request yet) is closed after ``idle_timeout``.
+
+    **Ending when the peer has gone**: the idle timer otherwise keeps the connection's task group, and so its slot
+    under the cap, for up to the idle limit after the peer closed. And ending when hypercorn has closed the socket
+    itself (``closed``, called then): a client that had already sent its next request when the server decided to
+    close (keep-alive not recycled while stopping) leaves hypercorn's reader waiting for a resume that never comes,
+    on a closed socket, until the graceful timeout cancels it."""
+
+    def __init__(self, *args: Any, closed: Callable[[], None], header_timeout: float, idle_timeout: float) -> None:
         super().__init__(*args)
         self._closed = closed
+        self._header_timeout = header_timeout
+        self._idle_timeout_seconds = idle_timeout
+        self._limit = header_timeout  # of the timer started next: the first head is due within header_timeout
+        self._idle = False  # a response was sent and no byte of the next request has come yet
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated):
+            # Idle: bytes of a next (pipelined) request already received and held by h11 are a head under way.
+            self._idle = event.idle and not _holds_bytes(self.protocol)
+            self._limit = self._idle_timeout_seconds if self._idle else self._header_timeout
+        await super().protocol_send(event)
 
     async def _read_data(self) -> None:
-        await super()._read_data()
+        # hypercorn's loop (trio/tcp_server.py), with the switch to the head's timer on an idle connection's first
+        # byte; its read_timeout is off here (nvdaemon/server/app.py says why).
+        while True:
+            try:
+                data = await self.stream.receive_some(MAX_RECV)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                break
+            if data and self._idle:
+                self._idle, self._limit = False, self._header_timeout
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
         await self.idle_task.stop()
+
+    async def _idle_timeout(self) -> None:
+        with trio.move_on_after(self._limit):
+            await self.context.terminated.wait()
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
 
     async def _close(self) -> None:
         try:
@@ -86,10 +129,19 @@ class _TCPServer(TCPServer):
             self._closed()
 
 
+def _holds_bytes(protocol: Any) -> bool:
+    """Whether the connection's HTTP/1.1 parser holds received bytes it has not made a request of yet."""
+    connection = getattr(getattr(protocol, "protocol", None), "connection", None)
+    trailing = getattr(connection, "trailing_data", (b"", False))
+    return bool(trailing[0])
+
+
 @dataclass
 class Limits:
     max_connections: int
     probe_deadline: float  # seconds a lane connection has to send its request head
+    header_timeout: float = 10.0  # seconds a request head has to be complete (from the start, or the first byte)
+    idle_timeout: float = 10.0  # seconds an idle keep-alive connection is kept
 
 
 class AcceptErrors:
@@ -169,7 +221,17 @@ async def serve(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_close_when_cancelled, stream)
                 done = nursery.cancel_scope.cancel
-                await _TCPServer(wrapped, hc, context, ConnectionState(state.copy()), stream, closed=done).run()
+                server = _TCPServer(
+                    wrapped,
+                    hc,
+                    context,
+                    ConnectionState(state.copy()),
+                    stream,
+                    closed=done,
+                    header_timeout=limits.header_timeout,
+                    idle_timeout=limits.idle_timeout,
+                )
+                await server.run()
                 done()
         finally:
             gate.open -= 1

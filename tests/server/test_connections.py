@@ -38,6 +38,33 @@ async def test_idle_keep_alive_connection_is_closed_after_a_response(tmp_path: P
             assert await conn.closed_by_server() == b""
 
 
+async def test_idle_keep_alive_connection_outlives_the_header_timeout(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Idle and head reading have a timer each: Prometheus, which keeps its connection from scrape to scrape, finds it
+    # still open a scrape interval later (virtual time: the clock jumps to each timer's deadline).
+    view = make_server_view(tmp_path, "{idleTimeoutSeconds: 60, headerTimeoutSeconds: 1}")
+    async with serving(view) as (host, port):
+        conn = await Conn.open(host, port)
+        assert (await conn.get("/readyz"))[0] == 503
+        await trio.sleep(30)  # 30 header timeouts, half the idle one
+        assert (await conn.get("/readyz"))[0] == 503  # the same connection
+        idle_since = trio.current_time()
+        assert await conn.closed_by_server() == b""
+        assert 60 <= trio.current_time() - idle_since < 61
+
+
+async def test_pipelined_partial_head_is_due_within_the_header_timeout(tmp_path: Path) -> None:
+    # The next request's first bytes came with the last one: the connection is not idle once that response is sent.
+    view = make_server_view(tmp_path, "{headerTimeoutSeconds: 1, idleTimeoutSeconds: 60}")
+    async with serving(view) as (host, port):
+        conn = await Conn.open(host, port)
+        await conn.send(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n")
+        assert (await conn.response())[0] == 503
+        with trio.fail_after(DEADLINE):  # long before the 60 s idle timer
+            assert await conn.closed_by_server() == b""
+
+
 @pytest.mark.parametrize(
     ("headers", "version"), [("Connection: close\r\n", "1.1"), ("", "1.0")], ids=["connection-close", "http-1.0"]
 )
@@ -56,6 +83,7 @@ async def test_slow_second_request_head_is_cut_off(tmp_path: Path) -> None:
     async with serving(view) as (host, port):
         conn = await Conn.open(host, port)
         assert (await conn.get("/readyz"))[0] == 503
+        await trio.testing.wait_all_tasks_blocked()  # the server has gone idle: its idle timer (60 s) runs
         await conn.send(b"GET /readyz HTTP/1.1\r\nHost: x\r\n")  # the second head never completes
         with trio.fail_after(DEADLINE):
             assert await conn.closed_by_server() == b""
