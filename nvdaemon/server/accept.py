@@ -81,8 +81,8 @@ class _TCPServer(TCPServer):
     def __init__(self, *args: Any, closed: Callable[[], None], header_timeout: float, idle_timeout: float) -> None:
         super().__init__(*args)
         self._closed = closed
-        self._header_timeout = header_timeout
-        self._idle_timeout_seconds = idle_timeout
+        self._header_limit = header_timeout
+        self._idle_limit = idle_timeout
         self._limit = header_timeout  # of the timer started next: the first head is due within header_timeout
         self._idle = False  # a response was sent and no byte of the next request has come yet
 
@@ -90,7 +90,7 @@ class _TCPServer(TCPServer):
         if isinstance(event, Updated):
             # Idle: bytes of a next (pipelined) request already received and held by h11 are a head under way.
             self._idle = event.idle and not _holds_bytes(self.protocol)
-            self._limit = self._idle_timeout_seconds if self._idle else self._header_timeout
+            self._limit = self._idle_limit if self._idle else self._header_limit
         await super().protocol_send(event)
 
     async def _read_data(self) -> None:
@@ -102,7 +102,7 @@ class _TCPServer(TCPServer):
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 break
             if data and self._idle:
-                self._idle, self._limit = False, self._header_timeout
+                self._idle, self._limit = False, self._header_limit
                 await self.idle_task.restart(self._task_group, self._idle_timeout)
             await self.protocol.handle(RawData(bytes(data)))
             if data == b"":
@@ -140,8 +140,8 @@ def _holds_bytes(protocol: Any) -> bool:
 class Limits:
     max_connections: int
     probe_deadline: float  # seconds a lane connection has to send its request head
-    header_timeout: float = 10.0  # seconds a request head has to be complete (from the start, or the first byte)
-    idle_timeout: float = 10.0  # seconds an idle keep-alive connection is kept
+    header_timeout: float  # seconds a request head has to be complete (from the start, or the first byte)
+    idle_timeout: float  # seconds an idle keep-alive connection is kept
 
 
 class AcceptErrors:
