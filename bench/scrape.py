@@ -148,11 +148,37 @@ def scrape(conn: http.client.HTTPConnection) -> Answer:
     return Answer(resp.status, resp.getheader("Content-Encoding", ""), body)
 
 
+class KeptConnection:
+    """One target's connection, kept from scrape to scrape as Prometheus keeps it; opened again, and counted in
+    ``opened``, when there is none yet or the server has closed it."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        self.opened = 0
+
+    def scrape(self) -> Answer:
+        """``scrape`` over the kept connection. A request the server answered by closing the connection it had kept
+        idle is sent once more, on a new one, as Go's HTTP client retries it."""
+        try:
+            return self._scrape()
+        except ConnectionError:  # RemoteDisconnected included: closed while idle
+            self.conn.close()
+            return self._scrape()
+
+    def _scrape(self) -> Answer:
+        if self.conn.sock is None:  # connected by this request (http.client also drops a connection once closed)
+            self.opened += 1
+        return scrape(self.conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def scraper(port: int, mode: str) -> tuple[Callable[[], Answer], Callable[[], None]]:
     """(one scrape, close) for ``mode``: one kept-alive connection, or a new one per scrape, closed after it."""
     if mode == "keep-alive":
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        return (lambda: scrape(conn)), conn.close
+        kept = KeptConnection(port)
+        return kept.scrape, kept.close
 
     def fresh() -> Answer:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

@@ -43,7 +43,6 @@ end.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
 import re
 import tempfile
@@ -120,41 +119,6 @@ def full_config(receiver: Receiver, socket: Path, token: Path) -> dict[str, Any]
     }
 
 
-class KeptConnection:
-    """One target's HTTP connection, kept from scrape to scrape as Prometheus keeps it; opened again, and counted in
-    ``opened``, when there is none or the server has closed it."""
-
-    def __init__(self, port: int, who: str) -> None:
-        self.port = port
-        self.who = who
-        self.conn: http.client.HTTPConnection | None = None
-        self.opened = 0
-
-    def get_metrics(self) -> bytes:
-        """One GET /metrics with Prometheus's headers (gzip asked: both sides compress, as they do for Prometheus);
-        the exposition, decompressed. A request on a connection the server closed while it was idle is sent again
-        on a new one, as Go's HTTP client retries it."""
-        for attempt in range(2):
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-            if self.conn.sock is None:  # connected by this request (http.client also drops it after a close)
-                self.opened += 1
-            try:
-                answer = scrape_bench.scrape(self.conn)
-            except (http.client.RemoteDisconnected, ConnectionError):
-                self.close()
-                if attempt:
-                    raise
-                continue
-            return answer.page(self.who)
-        raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-
 def tick_stamps(body: bytes) -> list[tuple[str, str]]:
     """(tier, last tick timestamp) of each tier an exposition reports."""
     found: list[tuple[str, str]] = LAST_TICK.findall(body.decode(errors="replace"))
@@ -194,12 +158,12 @@ def run() -> tuple[list[Row], dict[str, Any]]:
             targets["theirs"] = (ne.pid, ne.port)
             targets["theirs_host"] = (ne_host.pid, ne_host.port)
 
-        kept = {who: KeptConnection(port, who) for who, (_, port) in targets.items()}
+        kept = {who: scrape_bench.KeptConnection(port) for who, (_, port) in targets.items()}
         for connection in kept.values():
             stack.callback(connection.close)
 
         def scrape_all() -> dict[str, bytes]:
-            return {who: connection.get_metrics() for who, connection in kept.items()}
+            return {who: connection.scrape().page(who) for who, connection in kept.items()}
 
         def sleep_until(at: float) -> None:
             time.sleep(max(0.0, at - time.monotonic()))
@@ -222,7 +186,7 @@ def run() -> tuple[list[Row], dict[str, Any]]:
             sleep_until(at)
             for who, connection in kept.items():
                 t0 = time.perf_counter()
-                body = connection.get_metrics()
+                body = connection.scrape().page(who)
                 slowest[who] = max(slowest[who], time.perf_counter() - t0)
                 if who == "full":
                     for tier, stamp in tick_stamps(body):

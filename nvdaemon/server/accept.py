@@ -83,14 +83,12 @@ class _TCPServer(TCPServer):
         self._closed = closed
         self._header_limit = header_timeout
         self._idle_limit = idle_timeout
-        self._limit = header_timeout  # of the timer started next: the first head is due within header_timeout
-        self._idle = False  # a response was sent and no byte of the next request has come yet
+        self._idle = False  # a response was sent and no byte of the next request has come yet (the timer's kind)
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, Updated):
             # Idle: bytes of a next (pipelined) request already received and held by h11 are a head under way.
             self._idle = event.idle and not _holds_bytes(self.protocol)
-            self._limit = self._idle_limit if self._idle else self._header_limit
         await super().protocol_send(event)
 
     async def _read_data(self) -> None:
@@ -102,7 +100,7 @@ class _TCPServer(TCPServer):
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 break
             if data and self._idle:
-                self._idle, self._limit = False, self._header_limit
+                self._idle = False
                 await self.idle_task.restart(self._task_group, self._idle_timeout)
             await self.protocol.handle(RawData(bytes(data)))
             if data == b"":
@@ -111,7 +109,7 @@ class _TCPServer(TCPServer):
         await self.idle_task.stop()
 
     async def _idle_timeout(self) -> None:
-        with trio.move_on_after(self._limit):
+        with trio.move_on_after(self._idle_limit if self._idle else self._header_limit):
             await self.context.terminated.wait()
         with trio.CancelScope(shield=True):
             await self._initiate_server_close()

@@ -167,14 +167,14 @@ async def serve_http(
     hc.graceful_timeout = min(GRACEFUL_MAX_SECONDS, shutdown_grace_seconds / 2)
     # Slow clients. A request head must be complete within headerTimeoutSeconds (of the connection's start, or of
     # its first byte after an idle spell) and an idle keep-alive connection is closed after idleTimeoutSeconds, on
-    # the first request and every later one: two timers where hypercorn has one (accept._TCPServer says why;
-    # nvdaemon/server/asgi.py why it had stopped after the first response under quart-trio).
+    # the first request and every later one: two timers where hypercorn has one, keep_alive_timeout, which is left
+    # unread (accept._TCPServer says why; nvdaemon/server/asgi.py why it had stopped after the first response under
+    # quart-trio).
     # read_timeout stays off: it wraps every socket read, so it would also cut /v1/events websocket clients that
     # have nothing to say. A stalled request body is bounded by BODY_TIMEOUT (build_app), and a peer that stops
     # reading what we send, or acknowledging it, is cut off by the kernel (TCP_USER_TIMEOUT, listen.bind), after
     # headerTimeoutSeconds.
     hc.read_timeout = None
-    hc.keep_alive_timeout = s.idle_timeout_seconds  # not read by accept._TCPServer, which keeps both timers
     hc.h11_max_incomplete_size = 16 * 1024
     hc.websocket_max_message_size = s.max_websocket_message_bytes
     hc.include_server_header = False
