@@ -61,26 +61,36 @@ def free_port() -> int:
 wait_for = functools.partial(until_sync, timeout=60.0)  # a bound on failure only: each wait returns once true
 
 
+# A bound on one request's failure only, as wait_for's: an answer that takes seconds on a starved CI runner (the
+# agent at a third of a CPU beside make test-busy's burners) is not what these tests check.
+REQUEST_TIMEOUT = 30.0
+
+
 class HttpProbe:
     """GETs against an agent's HTTP port at ``base`` (``http://127.0.0.1:PORT``)."""
 
     base: str
 
     def get(self, path: str) -> tuple[int, bytes]:
+        """The status and body; ``(0, what went wrong)`` when no answer came (refused, reset, timed out)."""
         try:
-            with urllib.request.urlopen(self.base + path, timeout=5) as resp:
+            with urllib.request.urlopen(self.base + path, timeout=REQUEST_TIMEOUT) as resp:
                 return resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
-        except OSError:
-            return 0, b""
+        except OSError as exc:
+            return 0, repr(exc).encode()
 
     def status(self) -> dict[str, Any]:
         """``/v1/status``: conditions, recent events, tasks, sinks, reloads."""
         status, body = self.get("/v1/status")
-        assert status == 200
+        assert status == 200, f"/v1/status: {status} {body[:300]!r}{self.diagnosis()}"
         doc: dict[str, Any] = json.loads(body)
         return doc
+
+    def diagnosis(self) -> str:
+        """What a failed assertion adds about the process behind ``base`` (nothing by default)."""
+        return ""
 
 
 class Agent(HttpProbe):
@@ -88,8 +98,15 @@ class Agent(HttpProbe):
         self.host, self.config = host, config
         self.port = int(config.read_text().split("127.0.0.1:")[1].split('"')[0])
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log = (tmp / "agent.log").open("ab")
+        self.log_path = tmp / "agent.log"
+        self.log = self.log_path.open("ab")
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def diagnosis(self) -> str:
+        """Whether the agent still runs, and the end of its log."""
+        running = "not started" if self.proc is None else f"exit code {self.proc.poll()} (None: running)"
+        tail = self.log_path.read_bytes()[-3000:].decode(errors="replace")
+        return f"\nagent: {running}; the end of its log:\n{tail}"
 
     def start(self) -> None:
         cmd = [sys.executable, "-m", "nvdaemon", "run", "--host-root", str(self.host), "--config", str(self.config)]
@@ -114,7 +131,7 @@ class Agent(HttpProbe):
     def samples(self) -> list[dict[str, Any]]:
         """``/v1/state``: the Go agent's array of the last samples."""
         status, body = self.get("/v1/state")
-        assert status == 200
+        assert status == 200, f"/v1/state: {status} {body[:300]!r}{self.diagnosis()}"
         doc: list[dict[str, Any]] = json.loads(body)
         return doc
 
