@@ -95,7 +95,9 @@ def _first_read(text: str) -> str:
 
 def collect_sensor_data(ctx: NodeContext, chip: DeviceAttrs, subdir: str, data: SensorData) -> None:
     """The sensor files of the chip's directory (``subdir`` "") or of its ``device/`` ("device/")."""
-    directory = f"{chip.directory}/{subdir}" if subdir else chip.directory
+    # No trailing slash: a file's path is also the cycle's cache key, and the nodevitals_hw_* hwmon collector reads
+    # the same files as "<chip>/device/<file>".
+    directory = f"{chip.directory}/{subdir.rstrip('/')}" if subdir else chip.directory
     with os.scandir(directory) as listing:  # an unreadable directory fails the chip
         # A directory (power/) is skipped from the listing's file type: reading it failed, at ~15 exceptions per
         # scrape on gpunode. A symlink is read as before.
