@@ -27,4 +27,3 @@ def test_a_tick_and_its_render_leave_no_reference_cycles(tmp_path: Path) -> None
     assert raw["tick_gc_collections_per_tick"][0] == 0, raw["tick_gc_collections_per_tick"]
     assert gc.get_threshold() == before  # the measurement put the test process's collector back
     assert gc.get_freeze_count() == 0
-
