@@ -173,8 +173,8 @@ def raise_nofile() -> tuple[int, int]:
 # 700). A core tick with the node_* surface holds about 2,200 at its peak (its samples, families and the page's
 # parts) and frees them by reference counting: at 700 the collector ran three times a tick and a render, walking
 # live objects it could not free, 0.84-0.92 ms of the 9.4-10.4 ms (make bench ARGS=tick); at this threshold once in
-# about 150 ticks. In the running agent (gc.callbacks, a 15 s cycle with a scrape) 0.67 -> 0.10 ms a cycle. What it
-# bounds is cyclic garbage waiting for a collection, and a tick leaves none (tests/test_tick_garbage.py).
+# about 150 ticks. What it bounds is cyclic garbage waiting for a collection, and a tick leaves none
+# (raw.tick_garbage_objects_per_tick).
 GC_YOUNG_THRESHOLD = 10_000
 
 
