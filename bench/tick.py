@@ -9,10 +9,10 @@ change to a collector or to the render shows in tenths of a millisecond:
   worker thread; process CPU (every thread) over the tick;
 - ``render``: ``MetricsCache.answer`` asked for gzip right after the tick (the page changed: rendered from the
   parts kept, then compressed), process CPU;
-- the garbage collector's share of both (``gc.callbacks``, after ``nvdaemon run``'s ``settle_heap``: the heap left
-  by start-up frozen, the young generation's threshold raised) and how many objects the ticks left to it: run
-  again with it off, what one ``gc.collect`` then finds is what reference counting could not free (a reference
-  cycle per tick makes the collector walk the tick's whole heap again and again).
+- the garbage collector's share of both (``gc.callbacks``, the heap left by start-up frozen first, as ``nvdaemon
+  run`` does) and how many objects the ticks left to it: run again with it off, what one ``gc.collect`` then finds
+  is what reference counting could not free (a reference cycle per tick makes the collector walk the tick's whole
+  heap again and again).
 
 Medians over ``TICKS`` after ``WARMUP`` (the first ticks read what never changes). The machine is shared: compare
 two runs of this module, not figures of different days. ``python -m bench.tick`` runs it alone.
@@ -36,7 +36,6 @@ from bench.scrape import agent_config
 from bench.scrape import collectors as node_exporter_names
 from bench.table import Row
 from nvdaemon.app import Agent, tier_collectors
-from nvdaemon.cli import settle_heap
 from nvdaemon.configload import parse_config
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.tiers import CollectorRunner, collect_tier
@@ -62,9 +61,7 @@ class GcClock:
             self.collections[info["generation"]] += 1
 
 
-def measure(root: Path, state: Path, ticks_measured: int = TICKS) -> dict[str, Any]:
-    """The figures of ``run`` on ``root``; ``ticks_measured`` after the warm-up (fewer in the test that checks
-    the garbage count)."""
+def measure(root: Path, state: Path) -> dict[str, Any]:
     cfg = {**agent_config(root, node_exporter_names()), "stateDir": str(state)}
     cfg["sinks"] = {"metrics": {"listenAddr": "127.0.0.1:0"}}
     loaded = parse_config(json.dumps(cfg), "bench-tick.yaml", env={}, host_root=root)
@@ -89,11 +86,11 @@ def measure(root: Path, state: Path, ticks_measured: int = TICKS) -> dict[str, A
 
         for _ in range(WARMUP):
             await one()
-        thresholds = gc.get_threshold()
-        settle_heap()  # as nvdaemon run does once started: the heap frozen, the young generation's threshold raised
+        gc.collect()
+        gc.freeze()  # as nvdaemon run's settle_heap
         gc.callbacks.append(clock)
         try:
-            for _ in range(ticks_measured):
+            for _ in range(TICKS):
                 tick, render = await one()
                 ticks.append(tick)
                 renders.append(render)
@@ -109,7 +106,6 @@ def measure(root: Path, state: Path, ticks_measured: int = TICKS) -> dict[str, A
         finally:
             gc.enable()
             gc.unfreeze()
-            gc.set_threshold(*thresholds)
         snap = agent.snapshots["core"]
         figures["tick_files_read"] = snap.reads.reads if snap.reads is not None else 0
 
@@ -121,8 +117,8 @@ def measure(root: Path, state: Path, ticks_measured: int = TICKS) -> dict[str, A
     figures.update(
         tick_core_node_cpu_ms=statistics.median(ticks) * 1e3,
         tick_render_gzip_cpu_ms=statistics.median(renders) * 1e3,
-        tick_gc_ms_per_tick=clock.seconds / ticks_measured * 1e3,
-        tick_gc_collections_per_tick=[n / ticks_measured for n in clock.collections],
+        tick_gc_ms_per_tick=clock.seconds / TICKS * 1e3,
+        tick_gc_collections_per_tick=[n / TICKS for n in clock.collections],
     )
     return figures
 

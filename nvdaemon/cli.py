@@ -169,28 +169,17 @@ def raise_nofile() -> tuple[int, int]:
     return soft, hard
 
 
-# Container objects allocated and not yet freed before the youngest generation is collected (CPython's default is
-# 700). A core tick with the node_* surface holds about 2,200 at its peak (its samples, families and the page's
-# parts) and frees them by reference counting: at 700 the collector ran three times a tick and a render, walking
-# live objects it could not free, 0.84-0.92 ms of the 9.4-10.4 ms (make bench ARGS=tick); at this threshold once in
-# about 150 ticks. What it bounds is cyclic garbage waiting for a collection, and a tick leaves none
-# (raw.tick_garbage_objects_per_tick).
-GC_YOUNG_THRESHOLD = 10_000
-
-
 def settle_heap() -> None:
     """Once the agent has started: collect what start-up left behind, then move every object alive (modules, the web
     framework, the config, the collectors) out of the garbage collector's reach (``gc.freeze``). Each tick allocates
     a few thousand objects, and every collection of the oldest generation walked the ~90,000 start-up objects that
     never die: garbage collection took 3.5-4.1 ms of a core tick's ~20 ms with the node_* surface on
-    fixtures/hosts/gpunode, 1.7 ms once frozen. Then the youngest generation's threshold goes to
-    ``GC_YOUNG_THRESHOLD``.
+    fixtures/hosts/gpunode, 1.7 ms once frozen.
     Frozen objects are never freed, so this runs once, in ``nvdaemon run`` only (not in tests that start agents)."""
     import gc
 
     gc.collect()
     gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _run(args: argparse.Namespace) -> int:
