@@ -141,11 +141,12 @@ class Agent(HttpProbe):
             self.proc.kill()
             self.proc.wait()
 
-    def stop(self) -> tuple[int, float]:
+    def stop(self, grace: float = GRACE) -> tuple[int, float]:
+        """SIGTERM, then the exit code and how long it took; ``grace``: the config's shutdownGraceSeconds."""
         assert self.proc is not None
         began = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=GRACE + 10)
+        code = self.proc.wait(timeout=grace + 10)
         return code, time.monotonic() - began
 
 

@@ -169,7 +169,7 @@ node: fixture-node
 tiers: [core]
 intervalSeconds: 0.3
 stateDir: {state}
-shutdownGraceSeconds: 5
+shutdownGraceSeconds: {grace}
 sinks:
   metrics: {{listenAddr: "127.0.0.1:{port}"}}
   webhook:
@@ -183,6 +183,12 @@ rules:
   - {{metric: load5, device: cpu, condition: load5_high, threshold: 16}}
   - {{metric: load15, device: cpu, condition: load15_high, threshold: 5}}
 """  # the fixture host's loadavg (24.51 18.32 9.87) enters all three: a backlog of 3
+
+
+# What is checked is expiry across the step, not how fast the agent stops: on a loaded CI runner (make test-busy) a
+# spool write still in its worker thread at SIGTERM once took the agent past a 5 s grace (exit code 1 from the
+# shutdown guard, as designed).
+GRACE = 20.0
 
 
 def libfaketime() -> str | None:
@@ -228,7 +234,7 @@ def test_the_agent_expires_nothing_when_the_wall_clock_jumps_four_days(
     with Receiver() as rx:
         rx.default = 503
         config = tmp_path / "config.yaml"
-        config.write_text(CONFIG.format(state=state, port=free_port(), url=rx.url))
+        config.write_text(CONFIG.format(state=state, port=free_port(), url=rx.url, grace=GRACE))
         agent, sink = Agent(tmp_path, host, config), f"webhook:127.0.0.1:{rx.port}"
         try:
             agent.start()
@@ -253,6 +259,7 @@ def test_the_agent_expires_nothing_when_the_wall_clock_jumps_four_days(
             rx.default = 200
             emitted = {e["id"] for e in agent.status()["recentEvents"]}
             wait_for(lambda: emitted <= set(rx.ids()), "every event delivered once the receiver is back", timeout=30)
-            assert agent.stop()[0] == 0
+            code, _ = agent.stop(GRACE)
+            assert code == 0, agent.diagnosis()
         finally:
             agent.kill()
