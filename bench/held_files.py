@@ -1,4 +1,4 @@
-"""A pseudo file read through a held descriptor against one opened afresh (``nvdaemon/collectors/hostfiles.py``).
+"""A pseudo file read through a held descriptor against one opened afresh (``nvdaemon/collectors/heldfiles.py``).
 
 The files: those a core tick with the node_* surface reads on this machine's own /proc and /sys (the paths its
 ``CycleReads`` recorded), less the ones that are not procfs or sysfs. Each is read ROUNDS times both ways in this
@@ -20,7 +20,7 @@ from bench.scrape import agent_config, collectors
 from bench.table import Row
 from nvdaemon.app import tier_collectors
 from nvdaemon.collectors.base import ANY_FILE, SYSFS_FILE, HostRoots, read_bounded
-from nvdaemon.collectors.hostfiles import HeldFiles
+from nvdaemon.collectors.heldfiles import HeldFiles
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.config import NodeExporterConfig
 from nvdaemon.configload import parse_config

@@ -15,7 +15,7 @@ fixture disks of ``fixtures/hosts/disks`` under dev/):
   connection (the method of the rows before the agent kept idle connections, below);
 - *core_host* and *theirs_host*: the core agent and node_exporter again, on this machine's own /proc and /sys. The
   fixture's files are regular files, which the agent opens afresh every tick (one could be replaced by a rename); on
-  a real host's procfs and sysfs it reads each file through a descriptor held open (``collectors/hostfiles.py``),
+  a real host's procfs and sysfs it reads each file through a descriptor held open (``collectors/heldfiles.py``),
   so this pair measures the agent as it runs on a node, on whatever devices this machine has.
 
 How it scales: it does not. Both agents tick at the real default interval (15 s) and all three are scraped every

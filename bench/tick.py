@@ -36,6 +36,7 @@ from bench.scrape import agent_config
 from bench.scrape import collectors as node_exporter_names
 from bench.table import Row
 from nvdaemon.app import Agent, tier_collectors
+from nvdaemon.collectors.heldfiles import SETTLED_SECONDS
 from nvdaemon.configload import parse_config
 from nvdaemon.server.metrics import MetricsCache
 from nvdaemon.tiers import CollectorRunner, collect_tier
@@ -126,6 +127,9 @@ def measure(root: Path, state: Path) -> dict[str, Any]:
 def run() -> tuple[list[Row], dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-tick-") as tmp:
         root = gpunode_with_disks(Path(tmp))
+        # A directory changed within SETTLED_SECONDS is read afresh, not through held descriptors
+        # (collectors/heldfiles.py): the copy settles first, as it has long before any tick of a running agent.
+        time.sleep(SETTLED_SECONDS + 0.5)
         raw = measure(root, Path(tmp) / "state")
     rows = [
         Row("core+node_* tick CPU in-process, gpunode (median)", raw["tick_core_node_cpu_ms"], "ms"),

@@ -156,7 +156,7 @@ def cap_malloc_arenas() -> bool:
 
 def raise_nofile() -> tuple[int, int]:
     """The soft RLIMIT_NOFILE raised to the hard limit, as the Go runtime does for node_exporter at start; the limits
-    after. The collectors keep a share of it for the pseudo files they hold open (``collectors.hostfiles``) and the
+    after. The collectors keep a share of it for the pseudo files they hold open (``collectors.heldfiles``) and the
     server the rest for connections: systemd's soft default (1024, hard 524288) would leave a node's sysfs files a
     few hundred. A hard limit that is infinite (or a refusal) leaves the soft one as it was."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

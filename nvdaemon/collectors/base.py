@@ -20,8 +20,8 @@ cap is an error of the collector reading it (``FileTooLarge``), found by reading
 is not a regular file (a sensor symlinked to /dev/zero, a FIFO) is refused, without opening it unless it lies under
 the host's sysfs or procfs root (which hold no device nodes: ``SYSFS_FILE``, ``PROCFS_FILE``), and files are
 opened with O_NONBLOCK so a FIFO cannot hang the open. Within a cycle, such a procfs or sysfs file is read through
-the descriptor ``hostfiles.HELD`` kept open since the last cycle, with the same caps (``hostfiles``, where the
-readers live).
+the descriptor ``heldfiles.HELD`` kept open since the last cycle, with the same caps (``hostfiles``, where the
+readers live), and so is a file of a host root on a local disk whose directory has not changed lately.
 
 A text file read is then checked for its shape (``text_limits``: lines per file, bytes per line) on the bytes,
 before any parser splits them; a file out of shape is a ``ParseError`` of every collector reading it. Those limits,
@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from nvdaemon.collectors.bounds import LINES_MAX, check_lines, line_limits
+from nvdaemon.collectors.heldfiles import HELD, NOT_HELD, SETTLED_SECONDS, DirIdentity, directory_identity
 from nvdaemon.collectors.hostfiles import ANY_FILE as ANY_FILE  # noqa: PLC0414 (re-exported: the readers' API)
-from nvdaemon.collectors.hostfiles import HELD
 from nvdaemon.collectors.hostfiles import PROC_FILE_MAX as PROC_FILE_MAX  # noqa: PLC0414
 from nvdaemon.collectors.hostfiles import PROC_TABLE_MAX as PROC_TABLE_MAX  # noqa: PLC0414
 from nvdaemon.collectors.hostfiles import PROCFS_FILE as PROCFS_FILE  # noqa: PLC0414
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from nvdaemon.config import Config
 
 T = TypeVar("T")
+wall_clock_ns = time.time_ns  # what a settled directory's change time is compared with (a test moves it)
 
 
 @dataclass(frozen=True)
@@ -211,8 +212,10 @@ class CycleReads:
         self._failed: list[_Entry] = []  # entries holding an error (see close)
         self._done = threading.Condition(threading.Lock())
         self._waiting = 0  # threads waiting on ``_done`` (changed only while holding it)
-        # The identity of each directory a held pseudo file was asked in, stat'ed once this cycle (None: unreadable).
-        self._dirs: dict[str, tuple[int, int] | None] = {}
+        # The identity of each directory a held file was asked in, stat'ed once this cycle (None: its files read
+        # afresh this cycle); a settled directory changed since this instant is not trusted (``heldfiles``).
+        self._dirs: dict[str, DirIdentity | None] = {}
+        self._settled_before_ns = wall_clock_ns() - int(SETTLED_SECONDS * 1e9)
         HELD.sweep(time.monotonic())
 
     @property
@@ -292,9 +295,9 @@ class CycleReads:
 
     def _read_pseudo(self, path: str, limit: int, kind: int) -> str:
         """``_read_file`` of a procfs or sysfs file, through the descriptor ``HELD`` keeps for it when its directory
-        is the one it was opened in (``hostfiles``: one pread instead of four syscalls and a path walk)."""
+        is the one it was opened in (``heldfiles``: one pread instead of four syscalls and a path walk)."""
         directory = path.rpartition("/")[0]
-        if HELD.elsewhere(directory):  # neither procfs nor sysfs (a fixture host): opened every cycle, as it was
+        if HELD.elsewhere(directory):  # on a file system whose files are never held: opened every cycle
             return _read_file(path, limit, kind)
         identity = self._dirs.get(directory, _UNKNOWN)
         if identity is _UNKNOWN:
@@ -303,13 +306,13 @@ class CycleReads:
             except OSError:
                 identity = None
             else:
-                identity = (st.st_dev, st.st_ino)
-                if not HELD.holds_device(st.st_dev):
+                held_as = HELD.device_kind(st.st_dev)
+                if held_as == NOT_HELD:
                     HELD.mark_elsewhere(directory)
-                    identity = None
+                identity = directory_identity(st, held_as, self._settled_before_ns)
             self._dirs[directory] = identity
         if identity is None:
-            return _read_file(path, limit, kind)  # gone, refused, or elsewhere: as a plain read
+            return _read_file(path, limit, kind)  # gone, refused, changed lately, or elsewhere: as a plain read
         try:
             data = HELD.read(path, identity, limit, kind)
         except FileNotFoundError as exc:

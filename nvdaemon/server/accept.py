@@ -35,7 +35,7 @@ from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
 from nvdaemon import shutdown
-from nvdaemon.collectors.hostfiles import held_cap
+from nvdaemon.collectors.heldfiles import held_cap
 from nvdaemon.server.asgi import Probe
 from nvdaemon.server.listen import describe
 
@@ -52,7 +52,7 @@ IGNORED_ACCEPT_ERRNOS = {errno.ECONNABORTED, errno.EPROTO, errno.EPERM}  # the p
 
 def connection_cap(max_connections: int) -> int:
     """``max_connections``, lowered so that FD_RESERVE descriptors, the probe lane and the collectors' held pseudo
-    files (``collectors.hostfiles.held_cap``) fit under RLIMIT_NOFILE."""
+    files (``collectors.heldfiles.held_cap``) fit under RLIMIT_NOFILE."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return max_connections

@@ -1,8 +1,10 @@
-"""Pseudo files held open between cycles (``collectors/hostfiles.py``): a procfs or sysfs file read in one cycle is
+"""Host files held open between cycles (``collectors/heldfiles.py``): a procfs or sysfs file read in one cycle is
 read in the next with one pread from offset 0, and must then hold what a fresh read would. On this machine's own
 /proc and /sys (values that move must be seen moving), and with faults put in the way: a device gone (ENODEV), a
 directory that is another device's now (a rename), a driver's error, a read that hangs, a full table, idle files.
-A regular file (a fixture host) is never held: one replaced by a rename is read anew.
+A regular file of a host root on a local file system is held once its directory has settled, and every way of
+changing it is seen: written in place, replaced by a rename, deleted; a directory changed lately, a symlinked file
+and a file system that is neither are read afresh.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import functools
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,16 @@ import pytest
 
 from nvdaemon.collectors import base
 from nvdaemon.collectors.base import CYCLE_READS, PROCFS_FILE, CycleReads, NotPresent, read_attr, read_text
-from nvdaemon.collectors.hostfiles import IDLE_SECONDS, MAX_ELSEWHERE, SWEEP_SECONDS, HeldFiles, pseudo_devices
+from nvdaemon.collectors.heldfiles import (
+    IDLE_SECONDS,
+    MAX_ELSEWHERE,
+    PSEUDO,
+    SETTLED,
+    SETTLED_SECONDS,
+    SWEEP_SECONDS,
+    HeldFiles,
+    device_kinds,
+)
 from tests.polling import until_sync
 
 LO = Path("/sys/class/net/lo")
@@ -158,18 +170,113 @@ def test_a_drivers_error_is_raised_and_the_descriptor_kept(held: HeldFiles, monk
     assert held.opened == 1 and len(held) == 1
 
 
-def test_a_regular_file_is_never_held(held: HeldFiles, tmp_path: Path) -> None:
-    """A fixture host's files are regular files, which a rename can replace: each cycle opens the path."""
-    attr = tmp_path / "sys" / "class" / "net" / "eth0" / "mtu"
+def stamped_after(directory: Path) -> None:
+    """Wait until the kernel's file time stamps (a coarse clock: a jiffy) have moved past ``directory``'s change time,
+    so the test's next change to it is stamped later, as a change two seconds later always is."""
+    settled = directory.stat().st_ctime_ns
+    scratch = directory.parent / f"{directory.name}.stamp"
+
+    def moved() -> bool:
+        scratch.write_text("x")  # a new inode each time: stamped now
+        moved_on = os.stat(scratch).st_ctime_ns > settled
+        scratch.unlink()
+        return moved_on
+
+    until_sync(moved, f"the file time stamps to move past {directory}'s", timeout=30, step=0.002)
+
+
+@pytest.fixture
+def later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cycles that start ten seconds from now, wall clock: a directory the test made is settled by then."""
+    real = base.wall_clock_ns
+    monkeypatch.setattr(base, "wall_clock_ns", lambda: real() + 10 * 1_000_000_000)
+
+
+def attribute(root: Path, text: str) -> Path:
+    attr = root / "sys" / "class" / "net" / "eth0" / "mtu"
     attr.parent.mkdir(parents=True)
-    attr.write_text("1500\n")
+    attr.write_text(text)
+    return attr
+
+
+def on_local_disk(path: Path) -> bool:
+    return HeldFiles().device_kind(path.stat().st_dev) == SETTLED
+
+
+needs_local_tmp = pytest.mark.skipif(
+    not on_local_disk(Path(__import__("tempfile").gettempdir())),
+    reason="the temporary directory is not on a local disk",
+)
+
+
+@needs_local_tmp
+@pytest.mark.usefixtures("later")
+def test_a_regular_file_in_a_settled_directory_is_held_and_every_change_is_seen(
+    held: HeldFiles, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attr = attribute(tmp_path, "1500\n")
     assert in_cycle(lambda: read_attr(str(attr))) == "1500\n"
+    assert str(attr) in held and held.opened == 1
+    opens = Opens(monkeypatch)
+    attr.write_text("1450\n")  # written in place: the held descriptor's file
+    assert in_cycle(lambda: read_attr(str(attr))) == "1450\n"
+    assert opens.paths == [] and held.opened == 1
+    stamped_after(attr.parent)
     replacement = attr.with_name("mtu.new")
     replacement.write_text("9000\n")
-    replacement.replace(attr)
+    replacement.replace(attr)  # another file by that name now: the directory changed
     assert in_cycle(lambda: read_attr(str(attr))) == "9000\n"
+    assert opens.paths == [str(attr)] and len(opens.closed) == 1  # the old descriptor closed, the path opened again
+    stamped_after(attr.parent)
+    attr.unlink()
+    with pytest.raises(NotPresent):
+        in_cycle(lambda: read_attr(str(attr)))
+    assert len(held) == 0
+
+
+@needs_local_tmp
+def test_a_directory_changed_lately_is_read_afresh(held: HeldFiles, tmp_path: Path) -> None:
+    """Two changes within one time stamp look like none: a directory changed within ``SETTLED_SECONDS`` of the cycle's
+    start is not trusted, and its files are neither read through nor kept as held descriptors."""
+    attr = attribute(tmp_path, "1500\n")
+    assert time.time() - attr.parent.stat().st_ctime < SETTLED_SECONDS  # just made: not settled at this cycle
+    for text in ("1500\n", "9000\n"):
+        replacement = attr.with_name("mtu.new")
+        replacement.write_text(text)
+        replacement.replace(attr)
+        assert in_cycle(lambda: read_attr(str(attr))) == text
     assert len(held) == 0 and held.opened == 0
-    assert held.elsewhere(str(attr.parent))  # known after one stat: later cycles go straight to a plain read
+    assert not held.elsewhere(str(attr.parent))  # its file system is held: it is stat'ed again next cycle
+
+
+@needs_local_tmp
+@pytest.mark.usefixtures("later")
+def test_a_symlinked_file_is_not_held(held: HeldFiles, tmp_path: Path) -> None:
+    """A path that is a symlink reads a file in another directory, whose changes the stat of this one does not see."""
+    target = tmp_path / "elsewhere" / "mtu"
+    target.parent.mkdir()
+    target.write_text("1500\n")
+    attr = tmp_path / "sys" / "mtu"
+    attr.parent.mkdir()
+    attr.symlink_to(target)
+    assert in_cycle(lambda: read_attr(str(attr))) == "1500\n"
+    assert len(held) == 0 and held.opened == 0
+
+
+def test_a_file_on_a_file_system_not_held_is_opened_every_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host root on overlayfs or NFS (a mountinfo naming neither a pseudo nor a settled file system for it)."""
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        f"28 1 {os.major(tmp_path.stat().st_dev)}:{os.minor(tmp_path.stat().st_dev)} / / rw - nfs4 srv:/ rw\n"
+    )
+    table = HeldFiles(mountinfo=mountinfo)
+    monkeypatch.setattr(base, "HELD", table)
+    attr = attribute(tmp_path, "1500\n")
+    assert in_cycle(lambda: read_attr(str(attr))) == "1500\n"
+    assert len(table) == 0 and table.opened == 0
+    assert table.elsewhere(str(attr.parent))  # known after one stat: later cycles go straight to a plain read
 
 
 def test_directories_known_elsewhere_are_bounded() -> None:
@@ -241,7 +348,7 @@ def test_files_not_read_for_a_while_are_closed(held: HeldFiles) -> None:
     assert len(held) == 0 and len(open_fds()) == len(fds) - 1
 
 
-def test_held_files_are_only_procfs_and_sysfs() -> None:
+def test_held_files_are_procfs_sysfs_and_local_file_systems() -> None:
     mountinfo = "\n".join(
         [
             "22 28 0:21 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw",
@@ -249,13 +356,22 @@ def test_held_files_are_only_procfs_and_sysfs() -> None:
             "28 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw",
             "30 22 0:6 / /sys/kernel/security rw shared:8 - securityfs securityfs rw",
             "41 28 0:40 / /host/proc rw - proc proc rw",
+            "42 28 0:41 / /tmp rw - tmpfs tmpfs rw",
+            "43 28 0:42 / /var/lib/docker/overlay2/x/merged rw - overlay overlay rw,lowerdir=/a,upperdir=/b",
+            "44 28 0:43 / /mnt/nfs rw - nfs4 server:/export rw",
             "garbage without the separator 0:99 - sysfs",
             "1 2 x:y / /odd rw - sysfs sysfs rw",
             "",
         ]
     )
-    assert pseudo_devices(mountinfo) == {os.makedev(0, 21), os.makedev(0, 22), os.makedev(0, 40)}
-    assert os.stat("/proc/uptime").st_dev in pseudo_devices(Path("/proc/self/mountinfo").read_text())
+    assert device_kinds(mountinfo) == {
+        os.makedev(0, 21): PSEUDO,
+        os.makedev(0, 22): PSEUDO,
+        os.makedev(0, 40): PSEUDO,
+        os.makedev(259, 2): SETTLED,
+        os.makedev(0, 41): SETTLED,
+    }
+    assert device_kinds(Path("/proc/self/mountinfo").read_text()).get(os.stat("/proc/uptime").st_dev) == PSEUDO
 
 
 def test_an_unreadable_mountinfo_holds_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,7 +21,7 @@ import trio
 from nvdaemon.app import tier_collectors
 from nvdaemon.collectors import base
 from nvdaemon.collectors.base import Collector, HostRoots
-from nvdaemon.collectors.hostfiles import HeldFiles
+from nvdaemon.collectors.heldfiles import HeldFiles
 from nvdaemon.compat.node_exporter import TABLE
 from nvdaemon.compat.node_exporter.options import DEFAULTS
 from nvdaemon.compat.node_exporter.surface import node_exporter_collectors
@@ -162,7 +162,7 @@ def promtool_findings(promtool: str, text: str) -> tuple[int, set[str]]:
 def test_this_machine(node_exporter_binary: str, reads: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same comparison on this machine's /proc and /sys: labels always, values where they cannot move. Twice:
     with every file opened, then with the procfs and sysfs files read through the descriptors the first collection
-    left held (``collectors/hostfiles.py``)."""
+    left held (``collectors/heldfiles.py``)."""
     root = Path("/")
     options = options_for(root, textfileDirectory="")
     held = HeldFiles()

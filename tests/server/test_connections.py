@@ -15,7 +15,7 @@ import trio
 import trio.testing
 from quart_trio import QuartTrio
 
-from nvdaemon.collectors.hostfiles import held_cap
+from nvdaemon.collectors.heldfiles import held_cap
 from nvdaemon.config import ServerConfig
 from nvdaemon.server import app as server_app
 from nvdaemon.server.accept import FD_RESERVE, PROBE_LANE, AcceptErrors, Gate, accept_loop, connection_cap
@@ -126,7 +126,7 @@ async def test_connection_cap_answers_probes_and_refuses_the_rest(
 
 
 def test_the_connection_cap_leaves_descriptors_for_the_held_pseudo_files() -> None:
-    """Under a soft RLIMIT_NOFILE of 1024: an eighth for the collectors' held files (``hostfiles.held_cap``), the
+    """Under a soft RLIMIT_NOFILE of 1024: an eighth for the collectors' held files (``heldfiles.held_cap``), the
     reserve and the probe lane, and the rest for connections; every one of them fits under the limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
