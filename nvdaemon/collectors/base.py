@@ -253,7 +253,7 @@ class CycleReads:
             if self._waiting:
                 with self._done:
                     self._done.notify_all()
-        return _result(entry)
+        return value if entry.error is None else _result(entry)
 
     def close(self) -> None:
         """The cycle is over: drop the tracebacks its errors took on as they were raised to each reader.
@@ -317,7 +317,7 @@ class CycleReads:
             data = HELD.read(path, identity, limit, kind)
         except FileNotFoundError as exc:
             raise NotPresent(path) from exc
-        return _text(data, path, limit)
+        return data.decode("utf-8", errors="replace") if len(data) <= LINES_MAX else _text(data, path, limit)
 
     def parsed(self, path: HostPath, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
         """``parse(text, str(path))`` once per cycle; callers must treat the result as read-only."""
@@ -386,9 +386,15 @@ def read_attr(path: HostPath) -> str:
     return cache.read(path, SYSFS_ATTR_MAX, SYSFS_FILE)
 
 
+def read_proc(path: HostPath) -> str:
+    """``read_text`` of a file of the host's procfs outside its process directories (``PROCFS_FILE``: opened without a
+    stat, and held between cycles as the node_* surface holds the same file)."""
+    return read_text(path, PROC_FILE_MAX, PROCFS_FILE)
+
+
 def read_table(path: HostPath) -> str:
-    """``read_text`` of a /proc table that grows with the host (at most ``PROC_TABLE_MAX`` bytes)."""
-    return read_text(path, PROC_TABLE_MAX)
+    """``read_proc`` of a /proc table that grows with the host (at most ``PROC_TABLE_MAX`` bytes)."""
+    return read_text(path, PROC_TABLE_MAX, PROCFS_FILE)
 
 
 def read_parsed(path: HostPath, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:

@@ -22,7 +22,7 @@ from nvdaemon.collectors.base import (
     ParseError,
     all_uints,
     interpreted,
-    read_text,
+    read_proc,
 )
 from nvdaemon.collectors.bounds import ENTRIES_MAX, Problems, split_fields, too_many
 from nvdaemon.model import Kind, Sample
@@ -43,7 +43,7 @@ class CpuStat:
 
 
 def read_stat(roots: HostRoots) -> str:
-    return read_text(roots.proc / "stat")
+    return read_proc(roots.proc / "stat")
 
 
 def _uints(tokens: list[str], what: str) -> list[int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_proc
 from nvdaemon.collectors.bounds import split_fields
 from nvdaemon.model import Kind, Sample
 
@@ -28,7 +28,7 @@ class LoadAvg:
 
 
 def read_loadavg(roots: HostRoots) -> str:
-    return read_text(roots.proc / "loadavg")
+    return read_proc(roots.proc / "loadavg")
 
 
 def parse_loadavg(text: str) -> LoadAvg:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_text
+from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, ParseError, interpreted, read_proc
 from nvdaemon.collectors.bounds import Problems
 from nvdaemon.model import Kind, Sample
 
@@ -46,7 +46,7 @@ class MemInfo:
 
 
 def read_meminfo(roots: HostRoots) -> str:
-    return read_text(roots.proc / "meminfo")
+    return read_proc(roots.proc / "meminfo")
 
 
 def parse_meminfo(text: str) -> MemInfo:

@@ -25,7 +25,7 @@ from nvdaemon.collectors.base import (
     NotPresent,
     ParseError,
     interpreted,
-    read_text,
+    read_proc,
 )
 from nvdaemon.model import Kind, Sample, make_labels
 
@@ -46,7 +46,7 @@ class PsiLine:
 
 
 def read_pressure(roots: HostRoots, resource: str) -> str:
-    return read_text(f"{roots.proc}/pressure/{resource}")  # a string: a Path per file cost more than its parse
+    return read_proc(f"{roots.proc}/pressure/{resource}")  # a string: a Path per file cost more than its parse
 
 
 def parse_pressure(text: str, resource: str = "?") -> dict[str, PsiLine]:
