@@ -215,6 +215,10 @@ class CycleReads:
         # The identity of each directory a held file was asked in, stat'ed once this cycle (None: its files read
         # afresh this cycle); a settled directory changed since this instant is not trusted (``heldfiles``).
         self._dirs: dict[str, DirIdentity | None] = {}
+        # Directories stat'ed (symlinks followed) and listed this cycle: a hwmon chip's directory was stat'ed six
+        # times a tick and listed twice, by the two hwmon collectors, their fixed attributes and the held reads.
+        self._stats: dict[str, os.stat_result] = {}
+        self._listings: dict[str, list[tuple[str, bool]]] = {}
         self._settled_before_ns = wall_clock_ns() - int(SETTLED_SECONDS * 1e9)
         HELD.sweep(time.monotonic())
 
@@ -293,6 +297,23 @@ class CycleReads:
         shared: str = _result(entry) if entry.value is not _PENDING else self._wait(entry)
         return shared
 
+    def stat(self, path: str) -> os.stat_result:
+        """``os.stat(path)`` as of the first time this cycle asked (an error is not kept: asked again, raised again)."""
+        st = self._stats.get(path)
+        if st is None:
+            st = self._stats[path] = os.stat(path)
+        return st
+
+    def listing(self, directory: str) -> list[tuple[str, bool]]:
+        """``(name, is a directory)`` of each entry of ``directory`` (its type as listed: a symlink is not followed),
+        as of the first time this cycle asked; the list is shared, never to be changed."""
+        key = directory.rstrip("/") or directory
+        found = self._listings.get(key)
+        if found is None:
+            with os.scandir(key) as entries:
+                found = self._listings[key] = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        return found
+
     def _read_pseudo(self, path: str, limit: int, kind: int) -> str:
         """``_read_file`` of a procfs or sysfs file, through the descriptor ``HELD`` keeps for it when its directory
         is the one it was opened in (``heldfiles``: one pread instead of four syscalls and a path walk)."""
@@ -302,7 +323,7 @@ class CycleReads:
         identity = self._dirs.get(directory, _UNKNOWN)
         if identity is _UNKNOWN:
             try:
-                st = os.stat(directory)
+                st = self.stat(directory)
             except OSError:
                 identity = None
             else:
@@ -364,6 +385,22 @@ def _result(entry: _Entry) -> Any:
 
 
 CYCLE_READS: ContextVar[CycleReads | None] = ContextVar("cycle_reads", default=None)
+
+
+def cycle_stat(path: str) -> os.stat_result:
+    """``os.stat(path)`` (symlinks followed), once per tier cycle for every collector asking (``CycleReads.stat``)."""
+    cache = CYCLE_READS.get()
+    return os.stat(path) if cache is None else cache.stat(path)
+
+
+def cycle_listing(directory: str) -> list[tuple[str, bool]]:
+    """``(name, is a directory)`` of each entry of ``directory``, listed once per tier cycle for every collector asking
+    (``CycleReads.listing``); raises as ``os.scandir`` does. Never change the list: it is shared."""
+    cache = CYCLE_READS.get()
+    if cache is not None:
+        return cache.listing(directory)
+    with os.scandir(directory) as entries:
+        return [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
 
 
 def read_text(path: HostPath, limit: int = PROC_FILE_MAX, kind: int = ANY_FILE) -> str:

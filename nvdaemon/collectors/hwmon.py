@@ -31,6 +31,7 @@ from nvdaemon.collectors.base import (
     Interpreted,
     NotPresent,
     ParseError,
+    cycle_listing,
     interpreted,
     read_attr,
 )
@@ -118,7 +119,7 @@ def _sensor_files(where: str, optional: bool) -> dict[tuple[str, str], set[str]]
     """(type, number) -> attributes of the sensor files in a directory; an ``optional`` directory that is missing (or
     not a directory) has none."""
     try:
-        names = os.listdir(where)
+        names = [name for name, _ in cycle_listing(where)]  # the node_* surface's hwmon lists the same directories
     except (FileNotFoundError, NotADirectoryError):
         if optional:
             return {}

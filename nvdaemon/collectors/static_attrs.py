@@ -5,13 +5,14 @@ cpufreq's ``cpuinfo_min_freq``, an NVMe drive's ``model`` and ``firmware_rev``: 
 is created and never again. node_exporter re-reads them on every scrape; a third of the files a core tick read were
 such attributes.
 
-A device is its sysfs directory. ``StaticAttrs.device(directory)`` stats it (one syscall per device and tick, where
-the attributes cost one open, read and close each) and keeps the attributes read under it for as long as the
-directory is the same one: same ``(st_dev, st_ino)``. sysfs gives a device directory that is removed and created
-again a new inode, so a device that goes and comes back (a hot-plugged NIC, a driver reloaded) is read afresh in
-the tick that sees it; one that is gone raises ``NotPresent`` from ``device`` as its directory does. An attribute
-that is absent is remembered as absent (``None``); one whose read fails otherwise is not remembered (read again next
-tick). At most ``MAX_DEVICES`` directories are kept, the least recently used dropped first.
+A device is its sysfs directory. ``StaticAttrs.device(directory)`` stats it (one syscall per device and tick,
+shared with every collector of the tick that stats it: ``base.cycle_stat``; the attributes cost one read each) and
+keeps the attributes read under it for as long as the directory is the same one: same ``(st_dev, st_ino)``. sysfs
+gives a device directory that is removed and created again a new inode, so a device that goes and comes back (a
+hot-plugged NIC, a driver reloaded) is read afresh in the tick that sees it; one that is gone raises
+``NotPresent`` from ``device`` as its directory does. An attribute that is absent is remembered as absent
+(``None``); one whose read fails otherwise is not remembered (read again next tick). At most ``MAX_DEVICES``
+directories are kept, the least recently used dropped first.
 
 Only attributes that cannot change may be read through it: a limit an administrator can write (``scaling_max_freq``,
 ``mtu``, a sensor's ``*_max``) must be read every tick.
@@ -24,7 +25,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from nvdaemon.collectors.base import HostPath, NotPresent, read_attr
+from nvdaemon.collectors.base import HostPath, NotPresent, cycle_stat, read_attr
 
 MAX_DEVICES = 4096
 
@@ -66,7 +67,7 @@ class StaticAttrs:
         ``NotPresent`` when it is gone."""
         where = os.fspath(directory)
         try:
-            st = os.stat(where)
+            st = cycle_stat(where)
         except FileNotFoundError as exc:
             raise NotPresent(where) from exc
         identity = (st.st_dev, st.st_ino)

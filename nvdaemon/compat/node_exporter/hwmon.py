@@ -28,7 +28,7 @@ import re
 import stat
 from collections.abc import Callable
 
-from nvdaemon.collectors.base import NotPresent, ParseError
+from nvdaemon.collectors.base import NotPresent, ParseError, cycle_listing, cycle_stat
 from nvdaemon.collectors.static_attrs import DeviceAttrs, StaticAttrs
 from nvdaemon.compat.node_exporter.context import NodeContext
 from nvdaemon.compat.node_exporter.family import Family, FamilyType
@@ -98,10 +98,10 @@ def collect_sensor_data(ctx: NodeContext, chip: DeviceAttrs, subdir: str, data: 
     # No trailing slash: a file's path is also the cycle's cache key, and the nodevitals_hw_* hwmon collector reads
     # the same files as "<chip>/device/<file>".
     directory = f"{chip.directory}/{subdir.rstrip('/')}" if subdir else chip.directory
-    with os.scandir(directory) as listing:  # an unreadable directory fails the chip
-        # A directory (power/) is skipped from the listing's file type: reading it failed, at ~15 exceptions per
-        # scrape on gpunode. A symlink is read as before.
-        names = [e.name for e in listing if not e.is_dir(follow_symlinks=False)]
+    # An unreadable directory fails the chip. A directory (power/) is skipped from the listing's file type: reading
+    # it failed, at ~15 exceptions per scrape on gpunode. A symlink is read as before. Listed once a cycle for both
+    # hwmon collectors (cycle_listing).
+    names = [name for name, is_dir in cycle_listing(directory) if not is_dir]
     # Byte order, as Go lists a directory; for ASCII names (all of sysfs's) that is the str order, without encoding
     # every name for the key.
     for filename in sorted(names) if "".join(names).isascii() else sorted(names, key=os.fsencode):
@@ -248,7 +248,7 @@ def update_chip(ctx: NodeContext, directory: str, fams: Families, chip_filter: C
         return  # node_exporter >= 1.7's --collector.hwmon.chip-include/-exclude (1.5.0 has no such flags)
     data: SensorData = {}
     collect_sensor_data(ctx, chip, "", data)
-    if os.path.exists(f"{directory}/device"):
+    if _exists(f"{directory}/device"):
         collect_sensor_data(ctx, chip, "device/", data)
     chip_name = _name(chip)
     if chip_name:
@@ -260,6 +260,15 @@ def update_chip(ctx: NodeContext, directory: str, fams: Families, chip_filter: C
 
 # The errors pathlib's is_dir/is_symlink answer False for; any other (EACCES, EIO) fails the collector.
 _ABSENT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+
+
+def _exists(path: str) -> bool:
+    """``os.path.exists``, through the cycle's stats."""
+    try:
+        cycle_stat(path)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _is_kind(stat_fn: Callable[[str], os.stat_result], path: str, test: Callable[[int], bool]) -> bool:
@@ -289,12 +298,12 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
         path = f"{base}/{entry}"
         if _is_kind(os.lstat, path, stat.S_ISLNK):
             try:
-                os.stat(path)
+                cycle_stat(path)  # the chip's directory: its is_dir below and its fixed attributes stat it again
                 error = None
             except OSError as exc:
                 error = exc
                 continue
-        if not _is_kind(os.stat, path, stat.S_ISDIR):
+        if not _is_kind(cycle_stat, path, stat.S_ISDIR):
             continue
         try:
             update_chip(ctx, path, fams, chip_filter)
