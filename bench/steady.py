@@ -13,10 +13,10 @@ fixture disks of ``fixtures/hosts/disks`` under dev/):
 - *theirs*: node_exporter (every collector, the oracle's flags) on the same host root;
 - *core_fresh* and *theirs_fresh*: the core agent and node_exporter again on the same copy, each scrape on a new
   connection (the method of the rows before the agent kept idle connections, below);
-- *core_host* and *theirs_host*: the core agent and node_exporter again, on this machine's own /proc and /sys. The
-  fixture's files are regular files, which the agent opens afresh every tick (one could be replaced by a rename); on
-  a real host's procfs and sysfs it reads each file through a descriptor held open (``collectors/heldfiles.py``),
-  so this pair measures the agent as it runs on a node, on whatever devices this machine has.
+- *core_host* and *theirs_host*: the core agent and node_exporter again, on this machine's own /proc and /sys, so
+  this pair measures the agent on a real host's procfs and sysfs, on whatever devices this machine has. On both
+  host roots the agent reads each file through a descriptor held open (``collectors/heldfiles.py``: the fixture's
+  regular files once their directories have gone unchanged for 2 s, long before the window starts).
 
 How it scales: it does not. Both agents tick at the real default interval (15 s) and all three are scraped every
 15 s (Prometheus scrapes every 15-30 s) with Prometheus's headers (gzip asked, so both sides compress), each over
