@@ -257,7 +257,7 @@ class CycleReads:
             if self._waiting:
                 with self._done:
                     self._done.notify_all()
-        return value if entry.error is None else _result(entry)
+        return _result(entry)
 
     def close(self) -> None:
         """The cycle is over: drop the tracebacks its errors took on as they were raised to each reader.
@@ -310,8 +310,7 @@ class CycleReads:
         key = directory.rstrip("/") or directory
         found = self._listings.get(key)
         if found is None:
-            with os.scandir(key) as entries:
-                found = self._listings[key] = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+            found = self._listings[key] = _list_directory(key)
         return found
 
     def _read_pseudo(self, path: str, limit: int, kind: int) -> str:
@@ -338,7 +337,7 @@ class CycleReads:
             data = HELD.read(path, identity, limit, kind)
         except FileNotFoundError as exc:
             raise NotPresent(path) from exc
-        return data.decode("utf-8", errors="replace") if len(data) <= LINES_MAX else _text(data, path, limit)
+        return _text(data, path, limit)
 
     def parsed(self, path: HostPath, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
         """``parse(text, str(path))`` once per cycle; callers must treat the result as read-only."""
@@ -397,8 +396,11 @@ def cycle_listing(directory: str) -> list[tuple[str, bool]]:
     """``(name, is a directory)`` of each entry of ``directory``, listed once per tier cycle for every collector asking
     (``CycleReads.listing``); raises as ``os.scandir`` does. Never change the list: it is shared."""
     cache = CYCLE_READS.get()
-    if cache is not None:
-        return cache.listing(directory)
+    return _list_directory(directory) if cache is None else cache.listing(directory)
+
+
+def _list_directory(directory: str) -> list[tuple[str, bool]]:
+    """``(name, is a directory)`` of each entry, the type as listed (a symlink is not followed)."""
     with os.scandir(directory) as entries:
         return [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
 

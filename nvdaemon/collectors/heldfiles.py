@@ -133,8 +133,7 @@ class HeldFiles:
         """``read_bounded(path, limit, kind)`` of a file whose directory is ``directory`` now
         (``directory_identity``), through the descriptor held since an earlier cycle when there is one and it is
         still this file's."""
-        table = self._table
-        held = table.pop(path, None)
+        held = self._table.pop(path, None)
         if held is not None:
             if held.directory == directory:
                 try:
@@ -150,10 +149,8 @@ class HeldFiles:
                     if exc.errno not in REOPEN_ERRNOS:
                         self._put_back(path, held)  # the driver's own error: a new descriptor would get it too
                         raise
-                else:  # _put_back, inlined: this is the way of almost every read
-                    held.used = self._now
-                    if table.setdefault(path, held) is not held:
-                        os.close(held.fd)
+                else:
+                    self._put_back(path, held)
                     return data
             os.close(held.fd)  # gone, replaced, or another device's directory now: open the path afresh
         fd, st = open_checked(path, kind)

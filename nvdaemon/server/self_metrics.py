@@ -126,7 +126,6 @@ def delivery_dropped(view: AgentView) -> CounterMetricFamily:
 
 
 @cache
-@cache
 def _boot_time() -> float | None:
     """``btime`` of /proc/stat, Unix seconds; None without it. Read once: it is fixed from boot (and /proc/stat, with
     a line per CPU, is the dearest file here to render)."""
