@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.soak.clients import Reader, StallEpisode
+from bench.soak.clients import READ_BY_SECONDS, Reader, StallEpisode
 from bench.soak.receiver import FlappingReceiver, Receipt
 from tests.nvsentinel.connector import FakeConnector
 
@@ -258,7 +258,9 @@ def check_stream(readers: list[Reader], episodes: list[StallEpisode], logged: li
     endings = collections.Counter(e.ending for e in kicked)
     figures.append(
         f"never-reading clients: {len(done)} (+{len(episodes) - len(done)} ended by the SIGKILL), cut as "
-        f"slow {len(kicked)} (what they read at the end: {dict(endings)}), dropped otherwise (TCP_USER_TIMEOUT) "
+        f"slow {len(kicked)} (what they read at the end: {dict(endings)}; began to read within "
+        f"{READ_BY_SECONDS:g} s of the cut {sum(e.prompt for e in kicked)}, latest "
+        f"{max((e.read_after for e in kicked), default=0):.1f} s), dropped otherwise (TCP_USER_TIMEOUT) "
         f"{sum(e.dropped and not e.kicked for e in done)}, never dropped {sum(not e.dropped for e in done)}"
     )
     no_frame = [e for e in kicked if e.prompt and e.ending != "close:1013"]
