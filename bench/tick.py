@@ -4,9 +4,9 @@ The steady benchmark measures a running agent from outside, to a resolution of a
 CPU ticks over 20 cycles); this one takes the agent's two halves apart, in one process on a copy of gpunode, so a
 change to a collector or to the render shows in tenths of a millisecond:
 
-- ``tick``: ``collect_tier`` of the core tier (the nodevitals_hw_* collectors and every node_exporter collector the
-  scrape benchmark enables) and ``Agent.on_snapshot``, as ``serve_tier`` runs them, the hwmon/RAPL batch in its
-  worker thread; process CPU (every thread) over the tick;
+- ``tick``: ``app.tick`` of the core tier (the nodevitals_hw_* collectors and every node_exporter collector the
+  scrape benchmark enables: ``collect_tier`` and ``Agent.on_snapshot``, automatic garbage collection paused), as
+  ``serve_tier`` runs it, the sysfs batch in the tier's kept worker thread; process CPU (every thread) over the tick;
 - ``render``: ``MetricsCache.answer`` asked for gzip right after the tick (the page changed: rendered from the
   parts kept, then compressed), process CPU;
 - the garbage collector's share of both (``gc.callbacks``, the heap left by start-up frozen first, as ``nvdaemon
@@ -36,10 +36,12 @@ from bench.scrape import agent_config
 from bench.scrape import collectors as node_exporter_names
 from bench.table import Row
 from nvdaemon.app import Agent, tier_collectors
+from nvdaemon.app import tick as tier_tick
 from nvdaemon.collectors.heldfiles import SETTLED_SECONDS
 from nvdaemon.configload import parse_config
 from nvdaemon.server.metrics import MetricsCache
-from nvdaemon.tiers import CollectorRunner, collect_tier
+from nvdaemon.tiers import CollectorRunner
+from nvdaemon.worker_thread import ReusableThread
 
 TICKS = 150
 WARMUP = 3
@@ -76,11 +78,12 @@ def measure(root: Path, state: Path) -> dict[str, Any]:
 
     async def run() -> None:
         runners = [CollectorRunner(c, trio.CapacityLimiter(4)) for c in collectors]
+        worker = ReusableThread("tier core")
         timeout = loaded.config.collector_timeout_seconds
 
         async def one() -> tuple[float, float]:
             began = time.process_time()
-            agent.on_snapshot(await collect_tier("core", runners, agent.roots, timeout))
+            await tier_tick(agent, "core", runners, timeout, worker)
             ticked = time.process_time()
             cache.answer(["gzip"])
             return ticked - began, time.process_time() - ticked

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
-from nvdaemon import engine, shutdown
+from nvdaemon import engine, gcpause, shutdown
 from nvdaemon.bus import EventBus
 from nvdaemon.collectors import collectors_for_tier
 from nvdaemon.collectors.base import Collector, HostRoots
@@ -581,6 +581,17 @@ def tier_collectors(config: Config, tier: str, gpu: GpuRuntime | None = None) ->
     return collectors
 
 
+async def tick(
+    agent: Agent, tier: str, runners: list[CollectorRunner], read_timeout: float, worker: ReusableThread
+) -> None:
+    """One tick of ``tier``: collect, then evaluate and publish the snapshot (``Agent.on_snapshot``), with automatic
+    garbage collection paused throughout (``nvdaemon.gcpause``): a core tick's objects are freed by reference
+    counting once its snapshot replaces the last one, so none is left for a collection walk to find. Bounded by
+    ``read_timeout``: the collection gives up on a hung read at its deadline."""
+    with gcpause.paused():
+        agent.on_snapshot(await collect_tier(tier, runners, agent.roots, read_timeout, worker))
+
+
 async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Collect ``tier`` every interval at a fixed rate (missed ticks are skipped, not bunched up)."""
     config = agent.loaded.config
@@ -590,12 +601,10 @@ async def serve_tier(agent: Agent, tier: str, task_status: trio.TaskStatus[None]
     runners = [CollectorRunner(c, limiter) for c in collectors]
     worker = ReusableThread(f"tier {tier}")  # the same thread every tick while it is free (nvdaemon.worker_thread)
     interval = agent.interval(tier)
-    roots = agent.roots
     next_tick = trio.current_time()
     first = True
     while True:
-        snap = await collect_tier(tier, runners, roots, config.collector_timeout_seconds, worker)
-        agent.on_snapshot(snap)
+        await tick(agent, tier, runners, config.collector_timeout_seconds, worker)
         # Liveness: the loop collected and evaluated. Saving engine state may wait for the webhook spool (up to
         # DURABLE_WAIT_SECONDS, e.g. while a reload replaces an endpoint); that wait is the loop running, not stuck,
         # and a loop stuck in it for good stops recording heartbeats all the same.

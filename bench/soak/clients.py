@@ -92,6 +92,7 @@ class StallEpisode:
     read_after: float = 0.0  # seconds from the last poll before the cut to the first read: at least the cut's age then
     dropped: bool = False  # the agent's side of the connection is gone (kicked, or cut by TCP_USER_TIMEOUT)
     ending: str = "open"  # what the client read at the end: close:<code>, eof, reset, or open (nothing)
+    frames: str = ""  # what the bytes read held, for a missing close frame: see ``frame_summary``
     agent_restarted: bool = False
 
 
@@ -152,6 +153,27 @@ async def _upgrade(sock: trio.socket.SocketType, port: int) -> bytes:
                 break
             head += chunk
     return head
+
+
+def frame_summary(data: bytes) -> str:
+    """How the server's bytes parse as frames: their count, the opcodes seen, and whether they end on a frame
+    boundary (a cut inside a frame means the connection ended in the middle of a write)."""
+    i = count = 0
+    opcodes: set[int] = set()
+    while i + 2 <= len(data):
+        opcode, length = data[i] & 0x0F, data[i + 1] & 0x7F
+        i += 2
+        if length == 126:
+            length, i = (struct.unpack("!H", data[i : i + 2])[0] if i + 2 <= len(data) else 1 << 62), i + 2
+        elif length == 127:
+            length, i = (struct.unpack("!Q", data[i : i + 8])[0] if i + 8 <= len(data) else 1 << 62), i + 8
+        if i + length > len(data):
+            return f"{len(data)} bytes, {count} whole frames (opcodes {sorted(opcodes)}), then one cut short"
+        opcodes.add(opcode)
+        count += 1
+        i += length
+    end = "a frame boundary" if i == len(data) else f"{len(data) - i} stray bytes"
+    return f"{len(data)} bytes, {count} whole frames (opcodes {sorted(opcodes)}), ending on {end}"
 
 
 def close_code(data: bytes) -> str | None:
@@ -250,6 +272,8 @@ async def stall(
         code = close_code(data)
         if code is not None:
             episode.ending = code
+        else:
+            episode.frames = frame_summary(data)
         for _ in range(30):  # the agent lets go of it within 15 s
             episode.dropped = not server_side_open(port, client_port)
             if episode.dropped:

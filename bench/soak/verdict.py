@@ -264,6 +264,11 @@ def check_stream(readers: list[Reader], episodes: list[StallEpisode], logged: li
         f"{sum(e.dropped and not e.kicked for e in done)}, never dropped {sum(not e.dropped for e in done)}"
     )
     no_frame = [e for e in kicked if e.prompt and e.ending != "close:1013"]
+    if no_frame:
+        figures.append(
+            "without the close frame: "
+            + "; ".join(f"{e.ending} after reading from {e.read_after:.1f} s: {e.frames}" for e in no_frame)
+        )
     if not kicked or no_frame or not all(e.dropped for e in done):
         problems.append("never-reading clients")
     if gap_examples:
