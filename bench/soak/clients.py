@@ -211,6 +211,7 @@ async def stall(
     provoke: Callable[[], None],
     patience: float,
     others_cut: Callable[[], int] = lambda: 0,
+    kills: Callable[[], int] = lambda: 0,
 ) -> StallEpisode:
     """One episode: connect, never read, provoke a burst of events and wait (up to ``patience``) until the agent
     counts this client as slow (1013) or drops it otherwise. Once it is counted, read the socket to its end at once:
@@ -219,8 +220,11 @@ async def stall(
     The agent's count is one for all its clients, and a slow reader can be cut (1013) meanwhile: ``others_cut`` is
     how many 1013 closes the other clients have seen. A rise of the count that their closes account for, within
     ATTRIBUTION_SECONDS, is theirs, not this client's (without this, a reader's cut under load was taken for this
-    client's, and its close frame then looked missing)."""
+    client's, and its close frame then looked missing). ``kills`` counts the SIGKILLs the soak has sent: one sent
+    before this client has read to the end ends the episode as the agent's restart (the dying agent's kernel sends
+    what the socket held, a frame cut short, then end of file)."""
     episode = StallEpisode()
+    killed = kills()
     before = await slow_count()
     if before is None:
         episode.agent_restarted = True
@@ -269,6 +273,9 @@ async def stall(
                     episode.ending = "eof"
                     break
                 data += chunk
+        if kills() != killed:
+            episode.agent_restarted = True
+            return episode
         code = close_code(data)
         if code is not None:
             episode.ending = code

@@ -84,6 +84,7 @@ class Soak:
         self.webhook_timeout = WEBHOOK_TIMEOUT  # the reload storm flips it: each applied reload replaces the endpoint
         self.storm = Storm()
         self.runs: list[Run] = []
+        self.kills_sent = 0  # SIGKILLs sent, counted before each is sent (a stalled client's episode checks it)
         self.lock = trio.Lock()  # held while signalling or replacing the agent process
         self.kill = Kill()
         self.episodes: list[StallEpisode] = []
@@ -294,7 +295,14 @@ class Soak:
     async def stall_clients(self) -> None:
         while True:
             try:
-                episode = await stall(self.port, self.slow_count, self.burst, patience=30, others_cut=self.readers_cut)
+                episode = await stall(
+                    self.port,
+                    self.slow_count,
+                    self.burst,
+                    patience=30,
+                    others_cut=self.readers_cut,
+                    kills=lambda: self.kills_sent,
+                )
             except OSError:
                 await trio.sleep(0.5)
                 continue
@@ -352,6 +360,7 @@ class Soak:
                 st = await self.status()
                 if st is not None:
                     self.run.reloads = dict(st["reloads"])
+                self.kills_sent += 1
                 self.run.proc.send_signal(signal.SIGKILL)
                 await trio.to_thread.run_sync(self.run.proc.wait)
                 self.kill.at = time.monotonic()
