@@ -17,7 +17,7 @@ import os
 import random
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,47 +155,51 @@ async def _upgrade(sock: trio.socket.SocketType, port: int) -> bytes:
     return head
 
 
-def frame_summary(data: bytes) -> str:
-    """How the server's bytes parse as frames: their count, the opcodes seen, and whether they end on a frame
-    boundary (a cut inside a frame means the connection ended in the middle of a write)."""
-    i = count = 0
-    opcodes: set[int] = set()
-    while i + 2 <= len(data):
-        opcode, length = data[i] & 0x0F, data[i + 1] & 0x7F
-        i += 2
-        if length == 126:
-            length, i = (struct.unpack("!H", data[i : i + 2])[0] if i + 2 <= len(data) else 1 << 62), i + 2
-        elif length == 127:
-            length, i = (struct.unpack("!Q", data[i : i + 8])[0] if i + 8 <= len(data) else 1 << 62), i + 8
-        if i + length > len(data):
-            return f"{len(data)} bytes, {count} whole frames (opcodes {sorted(opcodes)}), then one cut short"
-        opcodes.add(opcode)
-        count += 1
-        i += length
-    end = "a frame boundary" if i == len(data) else f"{len(data) - i} stray bytes"
-    return f"{len(data)} bytes, {count} whole frames (opcodes {sorted(opcodes)}), ending on {end}"
-
-
-def close_code(data: bytes) -> str | None:
-    """Walk the server's (unmasked) frames; ``close:<code>`` for the first close frame, None when there is none."""
+def _frames(data: bytes) -> Iterator[tuple[int, bytes, int]]:
+    """(opcode, payload, end offset) of each of the server's (unmasked) frames in ``data``; the last one's payload
+    may be cut short (its end then lies past the data). Stops where a frame's header itself is incomplete."""
     i = 0
     while i + 2 <= len(data):
         opcode, length = data[i] & 0x0F, data[i + 1] & 0x7F
         i += 2
         if length == 126:
             if i + 2 > len(data):
-                return None
+                return
             (length,) = struct.unpack("!H", data[i : i + 2])
             i += 2
         elif length == 127:
             if i + 8 > len(data):
-                return None
+                return
             (length,) = struct.unpack("!Q", data[i : i + 8])
             i += 8
-        if opcode == 0x8:
-            payload = data[i : i + length]
-            return f"close:{struct.unpack('!H', payload[:2])[0]}" if len(payload) >= 2 else "close:none"
+        yield opcode, data[i : i + length], i + length
         i += length
+
+
+def frame_summary(data: bytes) -> str:
+    """How the server's bytes parse as frames: their count, the opcodes seen, and whether they end on a frame
+    boundary (a cut inside a frame means the connection ended in the middle of a write)."""
+    count = end = 0
+    opcodes: set[int] = set()
+    cut = False
+    for opcode, _, stop in _frames(data):
+        if stop > len(data):
+            cut = True
+            break
+        opcodes.add(opcode)
+        count, end = count + 1, stop
+    cut = cut or len(data) - end >= 2  # a header began whose extended length is cut short
+    head = f"{len(data)} bytes, {count} whole frames (opcodes {sorted(opcodes)})"
+    if cut:
+        return f"{head}, then one cut short"
+    return f"{head}, ending on {'a frame boundary' if end == len(data) else f'{len(data) - end} stray bytes'}"
+
+
+def close_code(data: bytes) -> str | None:
+    """``close:<code>`` for the first close frame, None when there is none."""
+    for opcode, payload, _ in _frames(data):
+        if opcode == 0x8:
+            return f"close:{struct.unpack('!H', payload[:2])[0]}" if len(payload) >= 2 else "close:none"
     return None
 
 
