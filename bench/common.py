@@ -26,6 +26,29 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 _TICK = os.sysconf("SC_CLK_TCK")
 SECRET = "whsec_YmVuY2gtc2VjcmV0LWJlbmNoLXNlY3JldC0xMjM0NTY3OA=="  # the webhook signing secret of the benchmarks
+RELEASE_PYTHON = ROOT / ".venv-release" / "bin" / "python"  # scripts/release-venv
+
+
+def agent_python() -> str:
+    """The interpreter the benchmarks run ``nvdaemon run`` with: ``BENCH_AGENT_PYTHON`` when set, else the release
+    venv's (``scripts/release-venv``, which ``make bench`` runs first: an optimized CPython 3.11 with the locked
+    runtime set, as the image runs the agent), else the interpreter running the benchmark (``.venv``'s).
+
+    The agent's CPU is nearly all interpreter, so a figure of a running agent is a figure of the interpreter's build
+    too: the image's CPython is built with profile-guided and link-time optimization, a development machine's often
+    is not (scripts/release-venv says why and by how much)."""
+    chosen = os.environ.get("BENCH_AGENT_PYTHON")
+    if chosen:
+        return chosen
+    return str(RELEASE_PYTHON) if RELEASE_PYTHON.exists() else sys.executable
+
+
+def python_build(python: str) -> str:
+    """``<path> (CPython <version>)`` of an interpreter, for the results' raw figures."""
+    out = subprocess.run(
+        [python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True
+    )
+    return f"{python} (CPython {out.stdout.strip()})"
 
 
 class BenchError(RuntimeError):
@@ -57,11 +80,26 @@ def peak_rss_kib(pid: int) -> int:
 
 
 def cpu_seconds(pid: int, children: bool = False) -> float:
-    """utime+stime of a process from /proc/<pid>/stat (with ``children``: cutime+cstime, its reaped children)."""
+    """CPU seconds of a process, every thread it has had: its CPU-time clock (``clock_gettime`` on the clock id
+    Linux gives each process, ``CPUCLOCK_SCHED``: nanoseconds of the scheduler's own count, exited threads
+    included), or, where that cannot be read, utime+stime from /proc/<pid>/stat, which counts in the kernel's
+    clock ticks (10 ms: over a 300 s window of 20 cycles that is 0.12 s an hour a tick). With ``children``:
+    cutime+cstime, its reaped children (from /proc only)."""
+    if not children:
+        try:
+            return time.clock_gettime(_process_clock(pid))
+        except OSError:
+            pass
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     # After the command: state is field 3; utime, stime, cutime, cstime are fields 14-17 (1-based).
     first = 13 if children else 11
     return (int(fields[first]) + int(fields[first + 1])) / _TICK
+
+
+def _process_clock(pid: int) -> int:
+    """The clock id of a process's CPU-time clock, as glibc's clock_getcpuclockid makes it (``~pid << 3 | 2``):
+    Python has no call for another process's."""
+    return ((~pid) << 3) | 2
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -116,13 +154,15 @@ def get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
 
 
 class AgentProcess:
-    """``nvdaemon run`` as a subprocess with a config (a dict, written as JSON, which is YAML) and a host root.
+    """``nvdaemon run`` as a subprocess with a config (a dict, written as JSON, which is YAML) and a host root, on
+    ``python`` (``agent_python()`` by default).
 
     Entering waits for /readyz; an agent that exits, logs an import error, or is not ready within ``ready_timeout``
     raises ``BenchError`` with the end of its log, so a benchmark never hangs on an agent that cannot start.
     """
 
-    def __init__(self, config: dict[str, Any], host_root: Path | None = None) -> None:
+    def __init__(self, config: dict[str, Any], host_root: Path | None = None, python: str | None = None) -> None:
+        self.python = python or agent_python()
         self.port = free_port()
         self.tmp = Path(tempfile.mkdtemp(prefix="nvdaemon-bench-"))
         sinks = config.setdefault("sinks", {})
@@ -146,7 +186,7 @@ class AgentProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def __enter__(self) -> AgentProcess:
-        cmd = [sys.executable, "-m", "nvdaemon", "run", "--config", str(self.config_path), "--log-level", "warning"]
+        cmd = [self.python, "-m", "nvdaemon", "run", "--config", str(self.config_path), "--log-level", "warning"]
         if self.host_root is not None:
             cmd += ["--host-root", str(self.host_root)]
         with self.log_path.open("wb") as log:

@@ -12,11 +12,12 @@ asking ``Accept-Encoding: gzip`` as Prometheus does (both answer gzip; an answer
 benchmark): "keep-alive" reuses one connection per side as Prometheus does; "new connection" connects, scrapes and
 closes each time (what a scraper that does not keep connections costs). Latency is the client's wall time for the
 whole exchange up to the last byte of the compressed body (connect included in the second mode; decompressing, done
-after the clock stops, is not). CPU per scrape: the utime+stime delta of each process (/proc/<pid>/stat) over the
-loop, divided by the scrapes; ours therefore includes any tick inside the loop, and the one compression of each
-changed page. Bytes per scrape: the body on the wire (gzip; the response head not counted), per host, from the
-keep-alive loop (the page is the same in both modes); ``exposition_bytes`` in the raw figures is the page after
-decompression. Every answer is decompressed; the warm-up answers are also parsed as an exposition.
+after the clock stops, is not). CPU per scrape: the delta of each process's CPU-time clock
+(``bench.common.cpu_seconds``) over the loop, divided by the scrapes; ours therefore includes any tick inside the
+loop, and the one compression of each changed page. Bytes per scrape: the body on the wire (gzip; the response head
+not counted), per host, from the keep-alive loop (the page is the same in both modes); ``exposition_bytes`` in the
+raw figures is the page after decompression. Every answer is decompressed; the warm-up answers are also parsed as
+an exposition.
 
 ``BENCH_NODE_EXPORTER_COLLECTORS=loadavg,cpu`` restricts both sides to those collectors (while developing);
 ``BENCH_SCRAPES`` changes SCRAPES. ``python -m bench.scrape`` runs it alone.

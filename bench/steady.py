@@ -25,9 +25,15 @@ connection for every scrape); a connection the server closed is opened again and
 (``raw.steady_<who>_connections_in_window``: 0 when it was kept; the agent keeps an idle one for
 server.idleTimeoutSeconds, 120 s). Until the agent kept idle connections longer than the scrape interval (it closed
 them after 10 s), every scrape here was on a new connection, on both sides; the *_fresh* pair still is, so both
-methods are measured in one run. CPU (utime+stime from
-/proc/<pid>/stat) is taken over a window of STEADY seconds (``BENCH_STEADY_SECONDS``, 300 by default, rounded to
+methods are measured in one run. CPU (each process's CPU-time clock, in nanoseconds, every thread it had:
+``bench.common.cpu_seconds``; utime+stime from /proc/<pid>/stat counted it in 10 ms ticks, 0.12 s an hour a tick
+over this window) is taken over a window of STEADY seconds (``BENCH_STEADY_SECONDS``, 300 by default, rounded to
 whole 15 s intervals), so per hour is CPU x 3600 / window with no factor for ticks or scrapes.
+
+Which interpreter: the agents run as the image runs them, on the release venv (``scripts/release-venv``: an
+optimized CPython 3.11, Debian's by default, with the locked runtime set; ``bench.common.agent_python``). When that
+is not the interpreter running this benchmark, *core_dev* is the core agent once more on this one (``.venv``'s),
+scraped over a kept connection like *core*: the interpreter's share, in the same run.
 
 Why real ticks and not 1 s ticks scaled to 15 s (the method before): scaling divides everything by 15, including
 what does not happen per tick (timers, the websocket and NVSentinel keepalives, history's window writes,
@@ -48,6 +54,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -62,9 +69,11 @@ from bench.common import (
     SECRET,
     AgentProcess,
     EventClient,
+    agent_python,
     cpu_seconds,
     gpunode_with_disks,
     peak_rss_kib,
+    python_build,
 )
 from bench.scrape import collectors, reference
 from bench.table import Row, Target
@@ -79,7 +88,7 @@ SCENARIO = FIXTURES / "nvml" / "h100-8gpu-thermal-throttle.json"
 STANDIN = FIXTURES / "smartctl" / "smartctl"
 THIS_HOST = Path("/")  # the core agent and node_exporter again on this machine's own pseudo files
 FRESH = frozenset({"core_fresh", "theirs_fresh"})  # scraped on a new connection each time, not a kept one
-CORE_TARGET = Target("ratio", "<=", 0.5)
+CORE_TARGET = Target("ratio", "<=", 1.0)  # the issue's aim; 0.5 is its stretch
 FULL_TARGET = Target("ratio", "<=", 1.0)
 RSS_TARGET = Target("value", "<=", 80.0)  # every tier and sink, NVSentinel (grpcio) included: bench/rss.py
 LAST_TICK = re.compile(r'^nodevitals_tier_last_tick_timestamp_seconds\{tier="([^"]+)"\} (\S+)$', re.MULTILINE)
@@ -152,6 +161,12 @@ def run() -> tuple[list[Row], dict[str, Any]]:
         core_fresh = stack.enter_context(AgentProcess(core_config(root, names), root))
         core_host = stack.enter_context(AgentProcess(core_config(THIS_HOST, names), THIS_HOST))
         full = stack.enter_context(AgentProcess(full_config(receiver, socket, token), root))
+        python = agent_python()
+        # The interpreter's share: the core agent once more on the interpreter running this benchmark, when the
+        # agents run on another (the release venv's, as the image runs them).
+        core_dev = None
+        if Path(python) != Path(sys.executable):
+            core_dev = stack.enter_context(AgentProcess(core_config(root, names), root, python=sys.executable))
         ready = time.monotonic()  # the full agent's first tick of every tier has just completed
         client = EventClient(full.port).start()
         stack.callback(client.stop)
@@ -161,6 +176,8 @@ def run() -> tuple[list[Row], dict[str, Any]]:
             "core_host": (core_host.pid, core_host.port),
             "core_fresh": (core_fresh.pid, core_fresh.port),
         }
+        if core_dev is not None:
+            targets["core_dev"] = (core_dev.pid, core_dev.port)
         if ne is not None and ne_host is not None and ne_fresh is not None:
             targets["theirs"] = (ne.pid, ne.port)
             targets["theirs_host"] = (ne_host.pid, ne_host.port)
@@ -213,6 +230,8 @@ def run() -> tuple[list[Row], dict[str, Any]]:
                 "real 15 s ticks, each scraped every 15 s (one kept connection, gzip asked; *_fresh: a new connection"
                 " per scrape); CPU x 3600 / window, unscaled"
             ),
+            "steady_agent_python": python_build(python),
+            "steady_core_dev_python": python_build(sys.executable) if core_dev is not None else "",
             "steady_interval_s": INTERVAL,
             "steady_window_s": measured,  # not steady_seconds: make bench records each section's own time under that
             "steady_scrapes_each": scrapes,
@@ -255,6 +274,19 @@ def run() -> tuple[list[Row], dict[str, Any]]:
             "s",
             ref("cpu_s_per_hour", "theirs_host"),
             CORE_TARGET,
+        ),
+        *(
+            [
+                Row(
+                    "steady CPU/hour, same, core+node_* on the benchmark's own interpreter",
+                    raw["steady_core_dev_cpu_s_per_hour"],
+                    "s",
+                    ref("cpu_s_per_hour"),
+                    CORE_TARGET,
+                )
+            ]
+            if core_dev is not None
+            else []
         ),
         Row(
             "steady CPU/hour, real 15 s ticks, all tiers+sinks",
