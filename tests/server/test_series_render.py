@@ -52,6 +52,52 @@ def test_series_renderer_writes_what_a_fresh_render_writes_tick_after_tick() -> 
         assert len(kept) == len(render(page).decode().splitlines()) - 2 * page_families(page)
 
 
+def again(page: dict[str, Family], rng: random.Random) -> dict[str, Family]:
+    """The same page as a new tick parses it (new tuples, new floats), some families changed: a zero's sign, one
+    value, the HELP, the order, a NaN (never equal to itself), or nothing at all."""
+    out: dict[str, Family] = {}
+    for name, fam in page.items():
+        samples = [(tuple((k, "".join(v)) for k, v in labels), float(str(value))) for labels, value in fam.samples]
+        change = rng.choice(["none", "none", "none", "sign", "value", "help", "order", "nan"])
+        help_text = fam.help + "!" if change == "help" else fam.help
+        if samples and change == "sign":
+            i = rng.randrange(len(samples))
+            samples[i] = (samples[i][0], -samples[i][1] if samples[i][1] == 0 else samples[i][1])
+        elif samples and change == "value":
+            i = rng.randrange(len(samples))
+            samples[i] = (samples[i][0], rng.choice(VALUES))
+        elif change == "order":
+            samples.reverse()
+        elif samples and change == "nan":
+            samples[0] = (samples[0][0], math.nan)
+        out[name] = Family(name, help_text, fam.type, samples, fam.suffixed)
+    return out
+
+
+def test_a_family_unchanged_since_the_last_render_reads_as_a_fresh_render() -> None:
+    rng = random.Random(5)
+    kept = SeriesRenderer()
+    page = families(rng)
+    for i in range(600):
+        page = again(page, rng) if i % 7 else families(rng)
+        assert kept.render(page) == render(page)
+
+
+def test_zero_signs_flip_while_every_sample_compares_equal() -> None:
+    kept = SeriesRenderer()
+    spelled = []
+    for a, b in ((0.0, -0.0), (0.0, -0.0), (-0.0, 0.0), (-0.0, -0.0), (0.0, 0.0)):
+        fam = Family("node_x", "x").add(1.0, device="a").add(a, device="b").add(b, device="c")
+        spelled.append(kept.render({"node_x": fam}).decode().splitlines()[2:])
+    assert spelled == [
+        ['node_x{device="a"} 1', 'node_x{device="b"} 0', 'node_x{device="c"} -0'],
+        ['node_x{device="a"} 1', 'node_x{device="b"} 0', 'node_x{device="c"} -0'],
+        ['node_x{device="a"} 1', 'node_x{device="b"} -0', 'node_x{device="c"} 0'],
+        ['node_x{device="a"} 1', 'node_x{device="b"} -0', 'node_x{device="c"} -0'],
+        ['node_x{device="a"} 1', 'node_x{device="b"} 0', 'node_x{device="c"} 0'],
+    ]
+
+
 def page_families(page: dict[str, Family]) -> int:
     return sum(1 for fam in page.values() if fam.samples)
 

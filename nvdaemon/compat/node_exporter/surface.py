@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, NotPresent
+from nvdaemon.collectors.base import CYCLE_READS, Collector, Gathered, HostRoots, Interpreted, NotPresent
 from nvdaemon.compat.node_exporter.context import NodeCollector, NodeContext
-from nvdaemon.compat.node_exporter.family import Family, merge, render
+from nvdaemon.compat.node_exporter.family import LABEL_SETS, Family, merge, render
 from nvdaemon.compat.node_exporter.options import enabled_collectors
 from nvdaemon.supervise import describe
 
@@ -81,6 +81,7 @@ class NodeExporterCollector(Collector):
     def gather(self, roots: HostRoots) -> Gathered:
         from nvdaemon.config import NodeExporterConfig
 
+        LABEL_SETS.cycle(CYCLE_READS.get())  # the first gather of a cycle starts a generation of label sets
         ctx = NodeContext(roots, self.options or NodeExporterConfig())
         out: list[Family] = []
         errors: list[str] = []
