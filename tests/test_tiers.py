@@ -5,13 +5,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from typing import ClassVar
 
 import pytest
 import trio
 import trio.testing
 
-from nvdaemon.collectors.base import Collector, Gathered, HostRoots, Interpreted, NotPresent, ParseError, interpreted
+from nvdaemon.collectors.base import (
+    CYCLE_READS,
+    Collector,
+    CycleReads,
+    Gathered,
+    HostRoots,
+    Interpreted,
+    NotPresent,
+    ParseError,
+    interpreted,
+)
 from nvdaemon.model import Sample
 from nvdaemon.tiers import STILL_READING, CollectorRunner, collect_tier
 from nvdaemon.worker_thread import ReusableThread
@@ -232,3 +243,47 @@ async def test_a_tier_loop_reads_in_the_same_thread_every_tick_until_one_hangs()
         assert worker.started == 2 and other.threads[-1] != fake.threads[-1]
     finally:
         release.set()
+
+
+class Remembers(Fake):
+    """Keeps a weak reference to the cycle's read cache each gather sees."""
+
+    name: ClassVar[str] = "remembers"
+
+    def __init__(self) -> None:
+        super().__init__("ok")
+        self.caches: list[weakref.ref[CycleReads]] = []
+
+    def gather(self, roots: HostRoots) -> Gathered:
+        reads = CYCLE_READS.get()
+        assert reads is not None
+        self.caches.append(weakref.ref(reads))
+        return super().gather(roots)
+
+
+async def test_the_cycles_read_cache_is_gone_when_the_tick_is_back_on_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The worker thread drops the context it ran the batch in (and with it the cycle's read cache: every text of
+    # the cycle) before it hands the result back, not when it next gets the GIL: the tick goes on, and the garbage
+    # collection after its pause walks whatever is still alive then. Here the worker thread is held right after
+    # it hands the result back, until the loop has looked.
+    hand_back = trio.lowlevel.TrioToken.run_sync_soon
+    looked = threading.Event()
+
+    def held_after(self: trio.lowlevel.TrioToken, *args: object, **kw: bool) -> None:
+        hand_back(self, *args, **kw)  # type: ignore[arg-type]
+        if threading.current_thread().name.startswith("tier core"):
+            looked.wait(10)
+
+    monkeypatch.setattr(trio.lowlevel.TrioToken, "run_sync_soon", held_after)
+    worker = ReusableThread("tier core")
+    collector = Remembers()
+    runners = [CollectorRunner(collector, trio.CapacityLimiter(4))]
+    for _ in range(3):
+        looked.clear()
+        snap = await collect_tier("core", runners, ROOTS, 30.0, worker)
+        assert snap.collectors["remembers"].success
+        gone = collector.caches[-1]() is None  # no checkpoint since the batch came back
+        looked.set()
+        assert gone
+        while not worker.free():
+            await trio.sleep(0.001)
