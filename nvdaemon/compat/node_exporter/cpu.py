@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nvdaemon.collectors.base import NotPresent, ParseError
 from nvdaemon.compat.node_exporter.context import NodeContext
-from nvdaemon.compat.node_exporter.family import SAMPLES_MAX, Family
+from nvdaemon.compat.node_exporter.family import LABEL_SETS, SAMPLES_MAX, Family
 from nvdaemon.compat.node_exporter.procstat import CPU_FIELDS, read_stat
 from nvdaemon.compat.node_exporter.sysfs import read_int_file
 from nvdaemon.goparse import glob, parse_int
@@ -88,11 +88,13 @@ class CpuCollector:
             raise ParseError(f"{seconds.name}: more than {SAMPLES_MAX} samples")
         # Label pairs built sorted by name (cpu, mode) and values already floats: Family.add per sample (a dict, a
         # sort and a length check each) was a third of this collector's CPU, 8 samples a CPU on a 128-CPU node.
+        # The label tuples an earlier cycle made (LabelSets): 8 a CPU, none left new for the garbage collector.
+        canonical = LABEL_SETS.canonical
         for index, values in enumerate(stats):
             cpu = ("cpu", str(index))
-            seconds.samples.extend([((cpu, mode), values[i]) for mode, i in _MODE_FIELDS])
+            seconds.samples.extend([(canonical((cpu, mode)), values[i]) for mode, i in _MODE_FIELDS])
             # guest time is also inside user/nice; node_exporter serves it apart
-            guest.samples.extend([((cpu, mode), values[i]) for mode, i in _GUEST_FIELDS])
+            guest.samples.extend([(canonical((cpu, mode)), values[i]) for mode, i in _GUEST_FIELDS])
         out += [seconds, guest]
         if self._isolated is not None:
             help_ = "Whether each core is isolated, information from /sys/devices/system/cpu/isolated."

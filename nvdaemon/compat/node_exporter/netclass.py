@@ -31,7 +31,7 @@ import re
 from nvdaemon.collectors.base import HostPath, NotPresent, ParseError, read_attr
 from nvdaemon.collectors.static_attrs import DeviceAttrs, StaticAttrs
 from nvdaemon.compat.node_exporter.context import NoData, NodeContext
-from nvdaemon.compat.node_exporter.family import SAMPLES_MAX, Family, FamilyType
+from nvdaemon.compat.node_exporter.family import LABEL_SETS, SAMPLES_MAX, Family, FamilyType
 from nvdaemon.compat.node_exporter.sysfs import attr_value
 from nvdaemon.goparse import parse_int, wrap_int64
 
@@ -161,7 +161,7 @@ def collect(ctx: NodeContext, out: list[Family]) -> None:
     for name, strings, numbers in devices:
         # One label tuple per device, shared by its samples (a file name is far within LABEL_MAX): Family.add
         # per sample, sorting and checking one label each time, was 5% of this collector's CPU.
-        device = (("device", name),)
+        device = LABEL_SETS.canonical((("device", name),))  # the tuple an earlier cycle made (LabelSets)
         up.samples.append((device, 1.0 if strings.get("operstate") == "up" else 0.0))
         info.add(1.0, {key: strings.get(key, "") for key in _STRINGS}, device=name)
         for attr, value in numbers.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 from nvdaemon.collectors.base import ParseError
 from nvdaemon.collectors.bounds import LABEL_MAX
 from nvdaemon.compat.node_exporter.context import NodeContext
-from nvdaemon.compat.node_exporter.family import SAMPLES_MAX, Family
+from nvdaemon.compat.node_exporter.family import LABEL_SETS, SAMPLES_MAX, Family
 from nvdaemon.compat.node_exporter.options import compile_filter, filtered_out
 from nvdaemon.goparse import parse_uint, scan_lines
 
@@ -75,7 +75,7 @@ def add_device_rows(families: list[Family], rows: list[tuple[str, tuple[int, ...
     for name, values in rows:
         if len(name) > LABEL_MAX:
             raise ParseError(f"{families[0].name}: label device of {len(name)} characters, over {LABEL_MAX}")
-        labels = (("device", name),)
+        labels = LABEL_SETS.canonical((("device", name),))  # the tuple an earlier cycle made
         for fam, value in zip(families, values, strict=True):
             fam.samples.append((labels, float(value)))
 
