@@ -55,6 +55,7 @@ def test_the_same_cycle_or_none_does_not_rotate() -> None:
     for _ in range(3):
         sets.cycle(cycle)
         sets.cycle(None)
+    assert sets.canonical(pairs("a")) is first  # three rotations without meeting it would have forgotten it
     sets.cycle(Cycle())
     sets.cycle(Cycle())  # two rotations with nothing met: forgotten only now
     assert sets.canonical(pairs("a")) is not first

@@ -41,7 +41,7 @@ class LabelSets:
     4,200 objects a core tick left to it were label tuples equal to the tick before's. ``canonical`` returns the
     equal tuple met before instead of the new one, which is then freed at once: the collector has seen the old one
     already (and stopped tracking it, as it holds only strings), and comparing a family with its previous render
-    (``_Kept.same_text``) meets the same objects.
+    (``_Kept.same_samples``) meets the same objects.
 
     Two generations: the sets met since the last rotation and those met before it, so a set no cycle met for a
     whole cycle is forgotten (a container's veth that went). The node_exporter collectors rotate at each core
@@ -226,33 +226,30 @@ class _Kept:
     whether a SUFFIX label is looked for), its header, its series table, the samples it was rendered from, its
     text, and where those samples held a zero, with the zero's sign (0 and -0 are equal, and spelled apart)."""
 
-    __slots__ = ("block", "head", "help", "samples", "series", "suffixed", "type", "zeros")
+    __slots__ = ("block", "head", "help", "samples", "series", "signs", "suffixed", "type", "zeros")
 
-    def __init__(
-        self, fam: Family, suffixed: bool, head: str, series: dict[Labels, Entry], block: str, zeros: list[Any]
-    ) -> None:
+    def __init__(self, fam: Family, suffixed: bool, head: str, series: dict[Labels, Entry], block: str) -> None:
         self.help, self.type, self.suffixed, self.head, self.series = fam.help, fam.type, suffixed, head, series
         self.samples: Samples = fam.samples
         self.block = block
-        self.zeros = zeros  # [index, sign, index, sign, ...] of the zero values
+        self.zeros = [i for i, (_, value) in enumerate(fam.samples) if not value]
+        self.signs = _signs(fam.samples, self.zeros)
 
-    def same_text(self, fam: Family, suffixed: bool) -> bool:
-        """Whether ``fam`` renders as this family did: the same samples, in the same order, zeros of the same sign.
+    def same_head(self, fam: Family, suffixed: bool) -> bool:
+        """Whether ``fam`` has this family's HELP, type and SUFFIX handling (its header and series texts hold)."""
+        return (self.help, self.type, self.suffixed) == (fam.help, fam.type, suffixed)
+
+    def same_samples(self, samples: Samples) -> bool:
+        """Whether ``samples`` are those this family was rendered from: in the same order, zeros of the same sign.
 
         The comparison of the sample lists runs in C (tuples of strings and floats), a tenth of what looking every
         series up costs; a NaN never equals itself, so a family holding one is rendered again."""
-        if (self.help, self.type, self.suffixed) != (fam.help, fam.type, suffixed) or fam.samples != self.samples:
-            return False
-        zeros = self.zeros
-        return not zeros or _zero_signs(fam.samples, zeros[::2]) == zeros
+        return samples == self.samples and (not self.zeros or _signs(samples, self.zeros) == self.signs)
 
 
-def _zero_signs(samples: Samples, where: Iterable[int]) -> list[Any]:
-    """[index, sign of the value, ...] of the samples at the indices ``where``."""
-    out: list[Any] = []
-    for i in where:
-        out += (i, math.copysign(1.0, samples[i][1]))
-    return out
+def _signs(samples: Samples, where: list[int]) -> list[float]:
+    """The sign (1.0 or -1.0) of the value of each sample at the indices ``where``."""
+    return [math.copysign(1.0, samples[i][1]) for i in where]
 
 
 class SeriesRenderer:
@@ -261,7 +258,7 @@ class SeriesRenderer:
 
     A family whose samples are those of the previous render (the same label pairs and values in the same order:
     a host's sizes, limits, addresses, info series and idle counters) is not rendered again: its text is reused
-    after one comparison of the two sample lists (``_Kept.same_text``). On this VM's own /proc and /sys, two
+    after one comparison of the two sample lists (``_Kept.same_samples``). On this VM's own /proc and /sys, two
     node_* pages 15 s apart: 148 of 224 families and 275 of 425 samples were unchanged; on the gpunode fixture, whose
     files never change, all but the scrape durations and the clock. In the other families, what ``render`` rebuilds
     per sample (the ``name{labels} `` text, the value's spelling, the sort by label values) is looked up instead:
@@ -293,19 +290,18 @@ class SeriesRenderer:
             # files, may carry SUFFIX without the family's flag: a summary or histogram is always looked at.)
             suffixed = fam.suffixed or fam.type in ("summary", "histogram")
             cached = previous.get(name)
-            if cached is not None and cached.same_text(fam, suffixed):
-                kept[name] = cached
-                blocks.append(cached.block)
-                continue
-            if cached is not None and (cached.help, cached.type, cached.suffixed) == (fam.help, fam.type, suffixed):
+            if cached is not None and cached.same_head(fam, suffixed):
+                if cached.same_samples(fam.samples):
+                    kept[name] = cached
+                    blocks.append(cached.block)
+                    continue
                 head, series = cached.head, cached.series
             else:
                 head, series = f"# HELP {name} {escape_help(fam.help)}\n# TYPE {name} {fam.type}", {}
             lines = [head]
             table = _render_samples(name, fam, suffixed, series, lines)
             block = "\n".join(lines)
-            zeros = _zero_signs(fam.samples, [i for i, (_, value) in enumerate(fam.samples) if not value])
-            kept[name] = _Kept(fam, suffixed, head, table, block, zeros)
+            kept[name] = _Kept(fam, suffixed, head, table, block)
             blocks.append(block)
         self._families = kept
         return ("\n".join(blocks) + "\n").encode() if blocks else b""
