@@ -18,11 +18,11 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
-from nvdaemon.collectors import base
+from nvdaemon.collectors import base, heldfiles
 from nvdaemon.collectors.base import CYCLE_READS, PROCFS_FILE, CycleReads, NotPresent, read_attr, read_text
 from nvdaemon.collectors.heldfiles import (
     IDLE_SECONDS,
@@ -41,6 +41,7 @@ TX_BYTES = str(LO / "statistics" / "tx_bytes")
 MTU = str(LO / "mtu")
 UPTIME = "/proc/uptime"
 
+T = TypeVar("T")
 needs_lo = pytest.mark.skipif(not LO.is_dir(), reason="no loopback interface in /sys/class/net on this machine")
 
 
@@ -73,7 +74,7 @@ class Opens:
         monkeypatch.setattr(os, "close", counting_close)
 
 
-def in_cycle(read: Callable[[], str]) -> str:
+def in_cycle(read: Callable[[], T]) -> T:
     """``read()`` within a cycle of its own (a tier's tick)."""
     token = CYCLE_READS.set(CycleReads())
     try:
@@ -168,6 +169,71 @@ def test_a_drivers_error_is_raised_and_the_descriptor_kept(held: HeldFiles, monk
     assert raised.value.errno == errno.EIO
     assert in_cycle(lambda: read_attr(MTU)) == Path(MTU).read_text()
     assert held.opened == 1 and len(held) == 1
+
+
+ADDRESS = str(LO / "address")
+
+
+def twice(path: str) -> Callable[[], list[str | BaseException]]:
+    """Within one cycle: ``MTU`` (which stats the directory, so ``path`` beside it takes ``CycleReads.read``'s short
+    way to its held descriptor), then ``path`` by two readers: each one's text, or what it raised."""
+
+    def read() -> list[str | BaseException]:
+        got: list[str | BaseException] = []
+        read_attr(MTU)
+        for _ in range(2):
+            try:
+                got.append(read_attr(path))
+            except (OSError, NotPresent) as exc:
+                got.append(exc)
+        return got
+
+    return read
+
+
+@needs_lo
+def test_the_short_way_to_a_held_file_keeps_the_long_ways_answers(
+    held: HeldFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose directory the cycle has stat'ed already is read without ``_fill`` and ``_read_pseudo``: the same
+    text, the same errors, each kept for the cycle's other readers, and the descriptor kept as the long way keeps
+    it."""
+    text = Path(ADDRESS).read_text()
+    assert in_cycle(twice(ADDRESS)) == [text, text]
+    assert held.opened == 2 and len(held) == 2
+    fd = held._table[ADDRESS].fd
+    real_pread = os.pread
+    preads: list[int] = []
+
+    def sick(at: int, n: int, offset: int) -> bytes:
+        if at == fd:
+            preads.append(at)
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_pread(at, n, offset)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pread", sick)
+        first, second = in_cycle(twice(ADDRESS))
+    assert isinstance(first, OSError) and first.errno == errno.EIO and second is first
+    assert preads == [fd]  # read once: the second reader got the cycle's error
+    assert held._table[ADDRESS].fd == fd  # the driver's error: the descriptor is kept
+
+    def gone(at: int, n: int, offset: int) -> bytes:
+        if at == fd:
+            raise OSError(errno.ENODEV, os.strerror(errno.ENODEV))
+        return real_pread(at, n, offset)
+
+    def missing(path: str, kind: int) -> tuple[int, os.stat_result]:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pread", gone)
+        m.setattr(heldfiles, "open_checked", missing)  # the device went, and its path with it
+        first, second = in_cycle(twice(ADDRESS))
+    assert isinstance(first, NotPresent) and second is first
+    assert isinstance(first.__cause__, FileNotFoundError)
+    assert ADDRESS not in held  # its descriptor closed
+    assert in_cycle(twice(ADDRESS)) == [text, text]
 
 
 def stamped_after(directory: Path) -> None:
