@@ -86,6 +86,7 @@ class Agent:
         self.history: HistorySink | None = None  # the history sink, when running (set by sync_sinks)
         self.stream: StreamHub | None = None  # the websocket hub, when running (set by sync_sinks)
         self.snapshot_version = 0
+        self._snapshot_waiters = trio.lowlevel.ParkingLot()  # next_snapshot's
         self.heartbeats: dict[str, float] = {}  # trio clock of each tier's last completed tick
         self.ticks: dict[str, int] = {}  # completed ticks of each tier since the start (/healthz, /v1/status)
         self.event_counts: collections.Counter[EventKey] = collections.Counter()
@@ -217,6 +218,7 @@ class Agent:
     def on_snapshot(self, snap: TierSnapshot) -> None:
         self.snapshots[snap.tier] = snap
         self.snapshot_version += 1
+        self._snapshot_waiters.unpark_all()
         self.emit(
             engine.evaluate(
                 self.engine,
@@ -265,6 +267,12 @@ class Agent:
             await sup.start(XID_TASK, serve_xid, self.gpu, fingerprint=XID_TASK)
         await self.sync_podresources()  # GPU pod attribution (dcgmCompat.podAttribution)
         await self.sync_kmsg()
+
+    async def next_snapshot(self, seen: int) -> int:
+        """``snapshot_version`` once it is above ``seen`` (at once when it is already)."""
+        while self.snapshot_version <= seen:
+            await self._snapshot_waiters.park()
+        return self.snapshot_version
 
     def note_change(self) -> None:
         """Something /metrics shows changed besides snapshots and events: the cached page is rendered again."""

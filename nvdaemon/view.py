@@ -111,6 +111,7 @@ class AgentView(Protocol):
     def ticks(self) -> Mapping[str, int]: ...  # tier -> ticks completed since the start
     @property
     def snapshot_version(self) -> int: ...  # bumped by every new snapshot
+    async def next_snapshot(self, seen: int) -> int: ...  # waits for snapshot_version > seen, returns it
     @property
     def changes(self) -> int: ...  # bumped by anything else /metrics shows that is not a snapshot or an event
     @property

@@ -30,6 +30,7 @@ from werkzeug.exceptions import HTTPException
 
 from nvdaemon.server import accept, asgi, history_routes, listen, node_page, stream_routes
 from nvdaemon.server.metrics import MetricsCache
+from nvdaemon.server.render_ahead import serve_render_ahead
 from nvdaemon.server.responses import json_response
 from nvdaemon.server.state import state_samples, status_document
 from nvdaemon.server.token import ApiToken, bearer_from_subprotocols
@@ -207,8 +208,14 @@ async def serve_http(
             listen.set_user_timeout(sock, user_timeout)
             sock.listen(listen.BACKLOG)
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(
-            partial(accept.serve, app, hc, socks, limits=limits, probe=probe, shutdown_trigger=shutdown_trigger)
-        )
+        await nursery.start(partial(serve_render_ahead, view, metrics))
+
+        async def serve_then_stop_rendering(*, task_status: trio.TaskStatus[list[str]]) -> None:
+            await accept.serve(
+                app, hc, socks, limits=limits, probe=probe, shutdown_trigger=shutdown_trigger, task_status=task_status
+            )
+            nursery.cancel_scope.cancel()  # the server has stopped: nobody is left to render ahead for
+
+        bound = await nursery.start(serve_then_stop_rendering)
         log.info("listening on %s", ", ".join(bound))
         task_status.started(Listening(tuple(bound), tuple(socks)))

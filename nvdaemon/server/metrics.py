@@ -1,16 +1,18 @@
-"""``/metrics``: the exposition of the latest snapshots, rendered when scraped, only the parts that changed.
+"""``/metrics``: the exposition of the latest snapshots, rendered when scraped (or just before), only the parts that
+changed.
 
-Hardware samples are exposed as ``nodevitals_hw_<metric>{node,tier,device,<labels sorted>}``. Nothing is rendered
-when a tier ticks: a tick bumps ``AgentView.snapshot_version`` (events bump ``bus.published``, anything else
-``changes``), and the next scrape finds that key changed and renders again, from cached parts. A part is the text
-of one input: each tier's ``nodevitals_hw_*`` samples and collector statuses (keyed by that tier's snapshot), the
+Hardware samples are exposed as ``nodevitals_hw_<metric>{node,tier,device,<labels sorted>}``. A tick bumps
+``AgentView.snapshot_version`` (events bump ``bus.published``, anything else ``changes``), and the next scrape finds
+that key changed and renders again, from cached parts; while scrapes come about once a tick, the server renders right
+after the tick instead (``prepare``, from ``nvdaemon.server.render_ahead``), and the scrape finds it made. A part is the
+text of one input: each tier's ``nodevitals_hw_*`` samples and collector statuses (keyed by that tier's snapshot), the
 smart tier's self metrics, the dcgm, smartctl and node_exporter surfaces (keyed by their snapshot and the few values
-they also read), and the small parts whose inputs carry no version of their own (the tier loops' ticks, the
-agent's self metrics, the sinks' metrics, the process's), rendered again on every scrape that finds the key
-changed. ``MetricsCache.renders`` counts renders per part. Between changes every scrape gets the same cached bytes.
-A scrape that accepts gzip (``Accept-Encoding``, q-values honoured) gets the gzip of those bytes, compressed once
-per changed page (``nvdaemon.server.gzip_body``; ``MetricsCache.compressions`` counts them), with
-``Content-Encoding: gzip``; every answer carries ``Vary: Accept-Encoding``.
+they also read), and the small parts whose inputs carry no version of their own (the tier loops' ticks, the agent's self
+metrics, the sinks' metrics, the process's), rendered again on every scrape that finds the key changed.
+``MetricsCache.renders`` counts renders per part. Between changes every scrape gets the same cached bytes. A scrape that
+accepts gzip (``Accept-Encoding``, q-values honoured) gets the gzip of those bytes, compressed once per changed page
+(``nvdaemon.server.gzip_body``; ``MetricsCache.compressions`` counts them), with ``Content-Encoding: gzip``; every
+answer carries ``Vary: Accept-Encoding``.
 The text is written by ``nvdaemon.exposition``, byte for byte what prometheus_client wrote before.
 
 Two self metrics carry the Go agent's label sets exactly (nodevitals-contract.md §2):
@@ -24,6 +26,7 @@ count is its spool drops and dead letters plus what it lost on the bus; for the 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from functools import partial
@@ -180,10 +183,36 @@ def status_lines(snap: TierSnapshot, memo: SeriesLines | None = None) -> tuple[s
     return out
 
 
-class MetricsCache:
-    """The exposition, rendered on a scrape that finds the view changed, from parts cached by their inputs."""
+class ScrapeGaps:
+    """When ``/metrics`` was last answered (``clock`` seconds), the gap between the last two answers (None until
+    there are two) and whether the last was gzipped: what ``nvdaemon.server.render_ahead`` decides by."""
 
-    def __init__(self, view: AgentView) -> None:
+    __slots__ = ("clock", "last_at", "last_gap", "last_gzip")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.last_at: float | None = None
+        self.last_gap: float | None = None
+        self.last_gzip = False
+
+    def note(self, gzip: bool) -> None:
+        """A scrape answered now."""
+        at = self.clock()
+        if self.last_at is not None:
+            self.last_gap = at - self.last_at
+        self.last_at = at
+        self.last_gzip = gzip
+
+    def since_last(self) -> float:
+        """Seconds since the last scrape (infinite before the first)."""
+        return float("inf") if self.last_at is None else self.clock() - self.last_at
+
+
+class MetricsCache:
+    """The exposition, rendered on a scrape that finds the view changed (or ahead of it: ``prepare``), from parts
+    cached by their inputs."""
+
+    def __init__(self, view: AgentView, clock: Callable[[], float] = time.monotonic) -> None:
         self.view = view
         self._key: tuple[int, int, int, int] | None = None
         self._body = b""
@@ -195,6 +224,7 @@ class MetricsCache:
         # series: see SeriesLines and SeriesRenderer): part name -> lines, and the node_* surface's.
         self._series: dict[str, SeriesLines] = {}
         self._node_series = SeriesRenderer()
+        self.scrape_gaps = ScrapeGaps(clock)
 
     def _part(self, name: str, refs: tuple[object, ...], values: tuple[object, ...], make: Callable[[], Any]) -> Any:
         cached = self._parts.get(name)
@@ -219,9 +249,18 @@ class MetricsCache:
         """The response headers (content type, ``Vary``, ``Content-Encoding`` when gzipped; not the length) and body
         of a scrape with these ``Accept-Encoding`` header lines (none: identity)."""
         headers = [(b"content-type", CONTENT_TYPE.encode()), (b"vary", b"Accept-Encoding")]
-        if accepts_gzip(accept_encodings(accept_encoding)):
+        gzip = accepts_gzip(accept_encodings(accept_encoding))
+        self.scrape_gaps.note(gzip)
+        if gzip:
             return [*headers, (b"content-encoding", b"gzip")], self._gzip.of(self.render())
         return headers, self.render()
+
+    def prepare(self, *, gzip: bool) -> None:
+        """Render the page now if the view changed (and gzip it, with ``gzip``), so that the next scrape finds it
+        made (``nvdaemon.server.render_ahead``)."""
+        body = self.render()
+        if gzip:
+            self._gzip.of(body)
 
     def page(self, request_headers: Headers) -> tuple[Headers, bytes]:
         """``answer`` for raw ASGI request headers (the GET answered in front of quart)."""

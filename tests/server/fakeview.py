@@ -48,6 +48,7 @@ class FakeView:
     reload_failures: int = 0
     last_reload_ok: bool = True
     problems: list[str] = field(default_factory=list)
+    snapshot_waiters: trio.lowlevel.ParkingLot = field(default_factory=trio.lowlevel.ParkingLot)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_sealed", True)
@@ -61,6 +62,13 @@ class FakeView:
         """What the agent would change (the test's hand, never the server's)."""
         for name, value in values.items():
             object.__setattr__(self, name, value)
+        if "snapshot_version" in values:
+            self.snapshot_waiters.unpark_all()
+
+    async def next_snapshot(self, seen: int) -> int:
+        while self.snapshot_version <= seen:
+            await self.snapshot_waiters.park()
+        return self.snapshot_version
 
     @property
     def node(self) -> str:
