@@ -24,6 +24,7 @@ import collections
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from nvdaemon.collectors.base import HostPath, NotPresent, cycle_stat, read_attr
 
@@ -33,12 +34,15 @@ MAX_DEVICES = 4096
 class DeviceAttrs:
     """The fixed attributes of one device directory: ``read(name)`` is the attribute's text, None when it is absent."""
 
-    __slots__ = ("directory", "identity", "values")
+    __slots__ = ("derived", "directory", "identity", "values")
 
     def __init__(self, directory: str, identity: tuple[int, int]) -> None:
         self.directory = directory
         self.identity = identity
         self.values: dict[str, str | None] = {}
+        # What a collector derives from this directory and keeps with it, under keys of its own (a plan of which
+        # files to read, made from a listing): gone with the directory, as its attributes are.
+        self.derived: dict[str, Any] = {}
 
     def read(self, name: str, reader: Callable[[str], str] = read_attr) -> str | None:
         """``name``'s text (``reader`` of its path, the first time), None when absent."""

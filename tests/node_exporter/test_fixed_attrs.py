@@ -114,6 +114,22 @@ def test_hwmon_threshold_written_is_seen_next_scrape_and_fixed_files_are_read_on
     assert any(p.endswith("/temp1_input") for p in paths)
 
 
+def test_hwmon_sensor_file_added_is_seen_next_scrape(tmp_path: Path) -> None:
+    """The files a chip directory's sensors are read from are planned once per listing: a file that appears (a
+    driver's attribute group made visible) changes the listing, and the next scrape reads by a new plan. (A file
+    that goes needs no new plan to be missed: its read finds it gone.)"""
+    roots = gpunode_sys(tmp_path)
+    hwmon = TABLE["hwmon"]()
+    first, _ = node_scrape(hwmon, roots)
+    sensor = (("chip", "platform_coretemp_0"), ("sensor", "temp1"))
+    assert ("node_hwmon_temp_min_celsius", sensor) not in first
+    (roots.sys / CORETEMP / "temp1_min").write_text("5000\n")
+    added, paths = node_scrape(hwmon, roots)
+    assert added[("node_hwmon_temp_min_celsius", sensor)] == 5.0
+    assert set(added) - set(first) == {("node_hwmon_temp_min_celsius", sensor)}
+    assert any(p.endswith("/temp1_min") for p in paths)
+
+
 def test_hw_hwmon_chip_replaced_and_threshold_written(tmp_path: Path) -> None:
     roots = gpunode_sys(tmp_path)
     collector = HwmonCollector()
