@@ -254,10 +254,14 @@ class CycleReads:
             self._failed.append(entry)
         finally:  # whatever happened, no waiter waits for good
             entry.value = value  # after the error: a waiter that sees the value set sees the error too
-            if self._waiting:
-                with self._done:
-                    self._done.notify_all()
+            self._wake()
         return _result(entry)
+
+    def _wake(self) -> None:
+        """Wake the threads waiting for an entry (notified only when there are any: rare)."""
+        if self._waiting:
+            with self._done:
+                self._done.notify_all()
 
     def _refused(self, entry: _Entry, error: Exception, cause: BaseException | None) -> NoReturn:
         """``_fill``'s error half, for the held read that ``read`` makes itself: keep ``error`` (raised from
@@ -267,9 +271,7 @@ class CycleReads:
         entry.error = without_tracebacks(error)
         self._failed.append(entry)
         entry.value = None
-        if self._waiting:
-            with self._done:
-                self._done.notify_all()
+        self._wake()
         del entry, cause
         try:
             raise error
@@ -325,10 +327,12 @@ class CycleReads:
                     self._refused(fresh, NotPresent(where), exc)
                 except Exception as exc:
                     self._refused(fresh, exc, None)
+                except BaseException:  # a cancellation or an interrupt: as _fill's finally, no waiter waits for good
+                    fresh.value = None
+                    self._wake()
+                    raise
                 fresh.value = text
-                if self._waiting:
-                    with self._done:
-                        self._done.notify_all()
+                self._wake()
                 return text
         self._hits.append(None)
         shared: str = _result(entry) if entry.value is not _PENDING else self._wait(entry)

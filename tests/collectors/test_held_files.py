@@ -236,6 +236,40 @@ def test_the_short_way_to_a_held_file_keeps_the_long_ways_answers(
     assert in_cycle(twice(ADDRESS)) == [text, text]
 
 
+class Interrupted(BaseException):
+    """What a read may be interrupted by that is no ``Exception`` (KeyboardInterrupt, a cancellation)."""
+
+
+@needs_lo
+def test_a_read_interrupted_on_the_short_way_leaves_no_reader_waiting(
+    held: HeldFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    in_cycle(twice(ADDRESS))  # both files held
+    fd = held._table[ADDRESS].fd
+    real_pread = os.pread
+
+    def interrupted(at: int, n: int, offset: int) -> bytes:
+        if at == fd:
+            raise Interrupted
+        return real_pread(at, n, offset)
+
+    cycle = CycleReads()
+    token = CYCLE_READS.set(cycle)
+    try:
+        read_attr(MTU)  # stats the directory: ADDRESS takes the short way
+        with monkeypatch.context() as m:
+            m.setattr(os, "pread", interrupted)
+            with pytest.raises(Interrupted):
+                read_attr(ADDRESS)
+    finally:
+        CYCLE_READS.reset(token)
+    other: list[object] = []
+    reader = threading.Thread(target=lambda: other.append(cycle.read(ADDRESS, 64 * 1024, base.SYSFS_FILE)), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "the cycle's next reader waits for an entry nobody will fill"
+
+
 def stamped_after(directory: Path) -> None:
     """Wait until the kernel's file time stamps (a coarse clock: a jiffy) have moved past ``directory``'s change time,
     so the test's next change to it is stamped later, as a change two seconds later always is."""
