@@ -11,10 +11,13 @@ import trio
 import trio.testing
 
 from nvdaemon.model import Sample, TierSnapshot
+from nvdaemon.server import app as server_app
 from nvdaemon.server import render_ahead
 from nvdaemon.server.metrics import MetricsCache, ScrapeGaps
 from nvdaemon.server.render_ahead import serve_render_ahead, ticked, worth_ahead
+from nvdaemon.view import AgentView
 from tests.server.fakeview import FakeView, make_view
+from tests.server.raw import Conn, make_server_view, serving
 from tests.server.test_metrics_render import SURFACES, stable, tick
 
 INTERVAL = 10.0  # make_view's intervalSeconds (core and gpu)
@@ -169,3 +172,31 @@ async def test_a_failed_render_is_logged_once_and_left_to_the_scrape(
         await trio.testing.wait_all_tasks_blocked()
         assert stable(scrape(cache, clock, 1.0, accept=[])) == stable(MetricsCache(view).render())
         nursery.cancel_scope.cancel()
+
+
+async def test_the_server_renders_ahead_for_its_scraper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wired into ``serve_http``: after two scrapes (well within a tick of each other) a tick's page is rendered
+    before the next scrape asks, and that scrape gets it."""
+    caches: list[MetricsCache] = []
+
+    class Recorded(MetricsCache):
+        def __init__(self, view: AgentView) -> None:
+            super().__init__(view)
+            caches.append(self)
+
+    monkeypatch.setattr(server_app, "MetricsCache", Recorded)
+    view = make_server_view(tmp_path, extra=SURFACES)
+    tick(view, "core", 1.0, at=100.0)
+    async with serving(view) as (host, port):
+        conn = await Conn.open(host, port)
+        for _ in range(2):
+            assert (await conn.get("/metrics", "Accept-Encoding: gzip\r\n"))[0] == 200
+        (cache,) = caches
+        renders, compressions = cache.renders["node_exporter"], cache.compressions
+        tick(view, "core", 2.0, at=110.0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert (cache.renders["node_exporter"], cache.compressions) == (renders + 1, compressions + 1)
+        status, _, body = await conn.get("/metrics")
+        assert status == 200 and cache.renders["node_exporter"] == renders + 1
+        assert 'nodevitals_hw_load1{device="cpu",node="n1",tier="core"} 2.0\n' in body.decode()
+        await conn.aclose()
