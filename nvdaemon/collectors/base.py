@@ -165,6 +165,16 @@ def _read_file(path: HostPath, limit: int, kind: int = ANY_FILE) -> str:
     return _text(data, path, limit)
 
 
+def _read_held(path: str, directory: DirIdentity, limit: int, kind: int) -> str:
+    """``_read_file`` of a procfs or sysfs file of ``directory`` (its identity this cycle), through the descriptor
+    ``HELD`` keeps for it."""
+    try:
+        data = HELD.read(path, directory, limit, kind)
+    except FileNotFoundError as exc:
+        raise NotPresent(path) from exc
+    return _text(data, path, limit)
+
+
 def _text(data: bytes, path: HostPath, limit: int) -> str:
     """A file's bytes as text, once its shape is checked."""
     if len(data) > LINES_MAX:  # a shorter file is in shape whatever its kind: no line or line count can be over
@@ -248,10 +258,7 @@ class CycleReads:
         try:
             value = compute(*args)
         except Exception as exc:
-            # Kept without its traceback, nor those of the errors it was raised from: they hold the frames that
-            # raised it, and so what they had read (a refused 4 MB line) and this cache itself (see close).
-            entry.error = without_tracebacks(exc)
-            self._failed.append(entry)
+            self._keep_error(entry, exc)
         finally:  # whatever happened, no waiter waits for good
             entry.value = value  # after the error: a waiter that sees the value set sees the error too
             self._wake()
@@ -263,16 +270,20 @@ class CycleReads:
             with self._done:
                 self._done.notify_all()
 
-    def _refused(self, entry: _Entry, error: Exception, cause: BaseException | None) -> NoReturn:
-        """``_fill``'s error half, for the held read that ``read`` makes itself: keep ``error`` (raised from
-        ``cause``) as the entry's, wake whoever waits, raise it."""
-        if cause is not None:
-            error.__cause__ = cause  # as ``raise error from cause`` sets it
+    def _keep_error(self, entry: _Entry, error: Exception) -> None:
+        """Keep ``error`` as the entry's, without its traceback nor those of the errors it was raised from: they hold
+        the frames that raised it, and so what they had read (a refused 4 MB line) and this cache itself (see
+        close)."""
         entry.error = without_tracebacks(error)
         self._failed.append(entry)
+
+    def _refused(self, entry: _Entry, error: Exception) -> NoReturn:
+        """``_fill``'s error half, for the held read that ``read`` makes itself: keep ``error`` as the entry's, wake
+        whoever waits, raise it."""
+        self._keep_error(entry, error)
         entry.value = None
         self._wake()
-        del entry, cause
+        del entry
         try:
             raise error
         finally:
@@ -313,20 +324,17 @@ class CycleReads:
                 if kind == ANY_FILE:
                     text: str = self._fill(fresh, _read_file, where, limit, kind)
                     return text
-                # A procfs or sysfs file of a directory already stat'ed this cycle: straight to its held pread,
-                # with what _fill and _read_pseudo do inlined (fewer calls a file: 2.6-3.2 -> 1.7-2.2 us a held hwmon
-                # attribute through read_attr, pread and decode alone 0.7-0.9; most of a core tick's ~530 files).
+                # A procfs or sysfs file of a directory already stat'ed this cycle: straight to its held read,
+                # with what _fill and _read_pseudo do around it inlined (most of a core tick's ~530 files: 2.1-2.7 ->
+                # 1.85-2.3 us a held hwmon attribute through read_attr, pread and decode alone 0.65-0.9).
                 identity = self._dirs.get(where.rpartition("/")[0])
                 if identity is None:  # not stat'ed yet, or read afresh this cycle: the longer way
                     text = self._fill(fresh, self._read_pseudo, where, limit, kind)
                     return text
                 try:
-                    data = HELD.read(where, identity, limit, kind)
-                    text = _text(data, where, limit) if len(data) > LINES_MAX else data.decode("utf-8", "replace")
-                except FileNotFoundError as exc:
-                    self._refused(fresh, NotPresent(where), exc)
+                    text = _read_held(where, identity, limit, kind)
                 except Exception as exc:
-                    self._refused(fresh, exc, None)
+                    self._refused(fresh, exc)
                 except BaseException:  # a cancellation or an interrupt: as _fill's finally, no waiter waits for good
                     fresh.value = None
                     self._wake()
@@ -374,11 +382,7 @@ class CycleReads:
             self._dirs[directory] = identity
         if identity is None:
             return _read_file(path, limit, kind)  # gone, refused, changed lately, or elsewhere: as a plain read
-        try:
-            data = HELD.read(path, identity, limit, kind)
-        except FileNotFoundError as exc:
-            raise NotPresent(path) from exc
-        return _text(data, path, limit)
+        return _read_held(path, identity, limit, kind)
 
     def parsed(self, path: HostPath, parse: Callable[[str, str], T], limit: int = PROC_FILE_MAX) -> T:
         """``parse(text, str(path))`` once per cycle; callers must treat the result as read-only."""

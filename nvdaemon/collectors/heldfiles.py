@@ -150,10 +150,7 @@ class HeldFiles:
                         self._put_back(path, held)  # the driver's own error: a new descriptor would get it too
                         raise
                 else:
-                    # _put_back's way for a descriptor already counted, inlined: a held read is the hot path.
-                    held.used = self._now
-                    if self._table.setdefault(path, held) is not held:
-                        os.close(held.fd)  # another reader put its own back meanwhile
+                    self._put_back(path, held)
                     return data
             os.close(held.fd)  # gone, replaced, or another device's directory now: open the path afresh
         fd, st = open_checked(path, kind)
